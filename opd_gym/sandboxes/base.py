@@ -1,0 +1,88 @@
+"""The sandbox protocol every backend implements, its result type and its errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+DEFAULT_OUTPUT_CAP = 16384
+DEFAULT_FILE_CAP = 10 << 20
+
+
+class SandboxError(RuntimeError):
+    """Base class of every error a sandbox raises on purpose."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The backend cannot run here (no Docker engine, no image, no bwrap binary...)."""
+
+
+class SandboxDied(SandboxError):
+    """The sandbox went away mid-episode (container killed, helper crashed, OOM...)."""
+
+
+class SandboxTimeout(SandboxError):
+    """The sandbox did not answer a request in time (distinct from a command timing out)."""
+
+
+class PathRefused(SandboxError, ValueError):
+    """A file path points outside the workspace."""
+
+
+class FileTooLarge(SandboxError, ValueError):
+    """A file is over the configured size cap."""
+
+
+class SandboxFileNotFound(SandboxError, FileNotFoundError):
+    """A file or directory does not exist in the workspace."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Outcome of one command: `output` is stdout+stderr, capped as head + tail."""
+
+    exit_code: int
+    output: str
+    timed_out: bool = False
+    truncated: bool = False
+    duration: float = 0.0
+    output_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class DirEntry:
+    name: str
+    type: Literal["file", "dir", "symlink"]
+    size: int
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A workspace with a persistent shell: cwd and exported variables survive between runs."""
+
+    workspace: str
+
+    def start(self) -> None: ...
+
+    def run(self, command: str, timeout: float | None = None) -> RunResult: ...
+
+    def write_file(self, path: str, content: str | bytes, mode: int | None = None) -> None: ...
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes: ...
+
+    def list_dir(self, path: str = ".") -> list[DirEntry]: ...
+
+    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000) -> dict[str, bytes]: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Sandbox: ...
+
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,84 @@
+"""Container ownership labels and the reaper that removes containers whose owner is gone."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+HOST = "opd_gym.owner.host"
+PID = "opd_gym.owner.pid"
+PID_START = "opd_gym.owner.start"
+CREATED = "opd_gym.created"
+LIFETIME = "opd_gym.lifetime"
+
+
+def process_start_time(pid: int) -> str | None:
+    """Kernel start time of `pid` (tells a live owner from a reused pid), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_labels(lifetime: float) -> dict[str, str]:
+    """Labels naming this process as the owner, plus creation time and lifetime cap."""
+    pid = os.getpid()
+    return {
+        HOST: socket.gethostname(),
+        PID: str(pid),
+        PID_START: process_start_time(pid) or "",
+        CREATED: f"{time.time():.0f}",
+        LIFETIME: f"{lifetime:.0f}",
+    }
+
+
+def orphan_reason(labels: dict[str, str], now: float | None = None) -> str | None:
+    """Why a labelled container should be removed, or None if its owner still holds it."""
+    now = time.time() if now is None else now
+    try:
+        if now > float(labels[CREATED]) + float(labels[LIFETIME]):
+            return "past its lifetime"
+    except (KeyError, ValueError):
+        return "missing ownership labels"
+    if labels.get(HOST) != socket.gethostname():
+        return None  # another machine's container sharing this engine: not ours to judge
+    try:
+        pid = int(labels[PID])
+    except (KeyError, ValueError):
+        return "missing ownership labels"
+    if process_start_time(pid) != labels.get(PID_START):
+        return f"owner process {pid} is gone"
+    return None
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    removed: list[str]
+    kept: int
+
+
+def prune(engine: Any, *, everything: bool = False) -> PruneReport:
+    """Remove opd_gym containers whose owner process died (or all of them with `everything`)."""
+    from docker.errors import DockerException
+
+    from opd_gym.sandboxes.docker import LABEL
+
+    with engine.call() as client:
+        containers = client.containers.list(all=True, filters={"label": LABEL})
+    removed, kept = [], 0
+    for container in containers:
+        labels = container.labels or {}
+        if not everything and orphan_reason(labels) is None:
+            kept += 1
+            continue
+        try:
+            with engine.call():
+                container.remove(force=True)
+            removed.append(container.short_id)
+        except DockerException:
+            kept += 1
+    return PruneReport(removed=removed, kept=kept)

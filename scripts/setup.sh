@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Make this machine ready for opd_gym: Debian packages, a running Docker engine, a virtualenv
+# with the package and its test extras, and the sandbox image. Safe to re-run: each step is
+# skipped when already done. Needs root for apt-get and dockerd (as on the CI machines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${OPD_GYM_VENV:-.venv}
+EXTRAS=${OPD_GYM_EXTRAS:-test,hf}
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=
+need_pkg() {  # need_pkg COMMAND PACKAGE: install PACKAGE when COMMAND is missing
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+  log "installing $2"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
+}
+
+docker_up() { timeout 10 docker info >/dev/null 2>&1; }
+
+# 1. Debian packages.
+if ! docker_up; then need_pkg dockerd docker.io; fi
+need_pkg docker docker.io
+need_pkg debootstrap debootstrap
+need_pkg bwrap bubblewrap
+
+# 2. The Docker engine.
+if ! docker_up; then
+  log "starting dockerd"
+  as_root sh -c 'nohup dockerd >/var/log/opd-gym-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do docker_up && break; sleep 1; done
+  docker_up || { echo "dockerd did not come up; see /var/log/opd-gym-dockerd.log" >&2; exit 1; }
+fi
+log "docker engine $(docker version --format '{{.Server.Version}}')"
+
+# 3. The virtualenv (torch comes from the machine's local wheel when pip is configured so).
+stamp="$VENV/.opd-gym-installed"
+want="$(cat pyproject.toml | sha256sum | cut -c1-16) $EXTRAS"
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing opd_gym[$EXTRAS] into $VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >/dev/null
+  "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
+  echo "$want" > "$stamp"
+else
+  log "$VENV already has opd_gym[$EXTRAS]"
+fi
+
+# 4. The sandbox image (offline build when no registry answers; cached rootfs).
+"$VENV/bin/opd-gym" sandbox build

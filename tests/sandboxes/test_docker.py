@@ -1,0 +1,181 @@
+"""Docker backend against a real engine: hardening, hostile commands, pool and reaper."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from opd_gym.sandboxes import SandboxDied, SandboxPool, make_pool, sandbox_factory
+from opd_gym.sandboxes.docker import LABEL, DockerConfig, DockerEngine, DockerSandbox
+from opd_gym.sandboxes.reaper import PID, prune
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return DockerEngine()
+
+
+@pytest.fixture
+def box(engine):
+    sb = DockerSandbox(engine=engine)
+    sb.start()
+    yield sb
+    sb.close()
+
+
+def our_containers(engine) -> list:
+    return engine.client.containers.list(all=True, filters={"label": LABEL})
+
+
+def test_container_is_hardened(box):
+    attrs = box.container.attrs
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["PidsLimit"] == 256
+    assert host["Memory"] == 1 << 30 and host["MemorySwap"] == 1 << 30
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["Init"] is True
+    assert set(host["Tmpfs"]) == {"/workspace", "/tmp"}
+    assert "size=256m" in host["Tmpfs"]["/workspace"]
+    assert attrs["Config"]["User"] == "1000:1000"
+    assert not any("docker.sock" in (m.get("Source") or "") for m in attrs["Mounts"])
+    assert box.run("id -u").output.strip() == "1000"
+    labels = attrs["Config"]["Labels"]
+    assert labels[PID] == str(os.getpid()) and labels[LABEL] == "1"
+
+
+def test_no_network_but_loopback(box):
+    interfaces = box.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").output.split()
+    assert interfaces == ["lo"]
+    routes = box.run("cat /proc/net/route | tail -n +2").output.strip()
+    assert routes == ""  # no default route: nothing can leave the container
+
+
+def test_root_filesystem_is_read_only(box):
+    result = box.run("touch /etc/opd_probe; echo status=$?")
+    assert "Read-only file system" in result.output and "status=1" in result.output
+    assert box.run("touch /workspace/ok /tmp/ok && echo fine").output == "fine\n"
+
+
+def test_fork_bomb_is_contained(box):
+    started = time.monotonic()
+    result = box.run(":(){ :|:& };:", timeout=5)
+    assert result.timed_out or result.exit_code != 0
+    assert time.monotonic() - started < 30
+    # the pids limit held, the bomb's group was killed, and the sandbox still works
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        after = box.run("echo alive", timeout=5)
+        if after.output == "alive\n":
+            break
+        time.sleep(0.5)
+    assert after.output == "alive\n"
+    count = int(box.run("ls -d /proc/[0-9]* | wc -l").output)
+    assert count < 20
+
+
+def test_memory_hog_is_killed_with_clear_result(box):
+    result = box.run("python3 -c 'x = bytearray(3 * 1024**3)'", timeout=60)
+    assert not result.timed_out
+    assert result.exit_code in (137, -9)
+    assert "Killed" in result.output
+    assert box.run("echo survived").output == "survived\n"
+
+
+def test_killed_container_is_reported_not_hung(box):
+    box.container.kill()
+    started = time.monotonic()
+    with pytest.raises(SandboxDied, match="died mid-episode"):
+        box.run("echo hi", timeout=5)
+    assert time.monotonic() - started < 20
+
+
+def test_lifetime_cap_ends_the_container(engine):
+    sb = DockerSandbox(DockerConfig(lifetime=2), engine=engine)
+    sb.start()
+    cid = sb.container.id
+    time.sleep(4)
+    assert not sb.alive
+    assert cid not in {c.id for c in our_containers(engine)}  # auto-removed when it ended
+    sb.close()
+
+
+def test_warm_pool_hands_out_live_sandboxes_fast(engine):
+    with make_pool("docker", size=2) as pool:
+        first = pool.acquire()
+        deadline = time.monotonic() + 30
+        while pool._ready.qsize() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Kill one pre-started container: acquire must skip it, not hand it out.
+        dead = pool._ready.queue[0]
+        dead.container.kill()
+        started = time.monotonic()
+        second = pool.acquire()
+        assert second is not dead and second.alive
+        assert second.run("echo warm").output == "warm\n"
+        assert time.monotonic() - started < 5
+        pool.release(first)
+        pool.release(second)
+    time.sleep(0.5)
+    mine = [c for c in our_containers(engine) if c.labels.get(PID) == str(os.getpid())]
+    assert mine == [], "closing the pool must remove every container it started"
+
+
+def test_pool_reports_a_broken_factory_instead_of_hanging():
+    def broken() -> DockerSandbox:
+        return DockerSandbox(DockerConfig(image="opd-gym-no-such-image:0"))
+
+    with SandboxPool(broken, size=1) as pool:
+        with pytest.raises(Exception, match="opd-gym sandbox build"):
+            pool.acquire(timeout=30)
+
+
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from opd_gym.sandboxes import sandbox_factory
+    make = sandbox_factory("docker")
+    boxes = [make() for _ in range(2)]
+    for b in boxes:
+        b.start()
+    print(" ".join(b.container.id for b in boxes), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_sigkilled_owner_containers_are_pruned(engine):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    ids = owner.stdout.readline().split()
+    assert len(ids) == 2
+    live = {c.id for c in our_containers(engine)}
+    assert set(ids) <= live
+    short = {i[:12] for i in ids}
+    # An owner that is alive keeps its containers.
+    assert not short & set(prune(engine).removed)
+    assert set(ids) <= {c.id for c in our_containers(engine)}
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    report = prune(engine)
+    assert short <= set(report.removed)
+    assert not set(ids) & {c.id for c in our_containers(engine)}
+
+
+def test_next_pool_start_reaps_orphans(engine):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    ids = owner.stdout.readline().split()
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    sandbox_factory("docker")  # what every pool start does first
+    assert not set(ids) & {c.id for c in our_containers(engine)}
