@@ -1,0 +1,290 @@
+"""Map rows of public code datasets (HumanEval, MBPP, APPS, CodeContests) to Tasks.
+
+Each adapter takes one row (a mapping in the dataset's own schema) and returns a Task, or
+raises ValueError naming the offending field; the caller adds the row index and id.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opd_gym.tasks.model import Task
+
+DEFAULT_CASE_TIMEOUT = 10.0
+_PYTHON3 = {3, "3", "PYTHON3", "python3"}
+_APPS_LEVELS = {"introductory": "easy", "interview": "medium", "competition": "hard"}
+
+_STDIO_TEST = '''\
+{doc}
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT = {timeout!r}
+CASES = {cases}
+
+
+def _normalise(text):
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"case{{i}}" for i in range(len(CASES))])
+def test_case(index):
+    stdin, expected = CASES[index]
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "main.py")], input=stdin, capture_output=True,
+        text=True, encoding="utf-8", timeout=TIMEOUT, cwd=HERE,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _normalise(proc.stdout) == _normalise(expected)
+'''
+
+_STDIO_PROMPT = (
+    "{statement}\n\nWrite a Python 3 program in `main.py` that reads the input from standard "
+    "input and prints the answer to standard output. Hidden tests run `python3 main.py` on "
+    "several inputs (at most {timeout:g} s each) and compare the output, ignoring extra whitespace."
+)
+
+
+def _doc(text: str) -> str:
+    """A module docstring literal that is safe whatever characters a dataset id holds."""
+    return repr(text)
+
+
+def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
+    """Fetch a required field and check its type (non-empty for strings and lists)."""
+    if name not in row or row[name] is None:
+        raise ValueError(f"field {name!r} is missing")
+    value = row[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        wanted = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        raise ValueError(f"field {name!r} is a {type(value).__name__}, expected {wanted}")
+    if isinstance(value, str | list | dict) and not value:
+        raise ValueError(f"field {name!r} is empty")
+    return value
+
+
+def _parse(source: str, name: str) -> ast.Module:
+    try:
+        return ast.parse(source)
+    except SyntaxError as exc:
+        message = f"field {name!r} is not valid Python: {exc.msg} (line {exc.lineno})"
+        raise ValueError(message) from exc
+
+
+def from_humaneval(row: Mapping[str, Any]) -> Task:
+    """HumanEval row -> task: complete `solution.py`; the dataset's `check()` grades it."""
+    task_id = _field(row, "task_id")
+    prompt, body = _field(row, "prompt"), _field(row, "canonical_solution")
+    test, entry = _field(row, "test"), _field(row, "entry_point")
+    if not entry.isidentifier():
+        raise ValueError(f"field 'entry_point' is not a Python identifier: {entry!r}")
+    if f"def {entry}(" not in prompt:
+        raise ValueError(f"field 'prompt' does not define the entry point {entry!r}")
+    if "def check(" not in test:
+        raise ValueError("field 'test' does not define check(candidate)")
+    _parse(prompt + body, "canonical_solution")
+    _parse(test, "test")
+    tests = (
+        f"{_doc(f'Hidden tests for {task_id}: the dataset check() against solution.{entry}.')}\n"
+        "import solution\n"
+        "from solution import *  # noqa: F403 (check() may use names the prompt defines)\n\n"
+        f"{test}\n\n\n"
+        "def test_entry_point_defined():\n"
+        f"    assert callable(getattr(solution, {entry!r}, None))\n\n\n"
+        f"def test_check():\n    check(getattr(solution, {entry!r}))  # noqa: F405\n"
+    )
+    text = (
+        f"Complete the function `{entry}` in `solution.py`. The file already holds its signature "
+        f"and docstring:\n\n```python\n{prompt.rstrip()}\n```\n\nKeep the name and signature; "
+        f"hidden tests import `{entry}` from `solution.py`."
+    )
+    return Task(
+        id=task_id, prompt=text, files={"solution.py": prompt},
+        tests={"test_solution.py": tests}, solution={"solution.py": prompt + body},
+        tags=("humaneval", "function"), metadata={"source": "humaneval", "entry_point": entry},
+    )
+
+
+def _called_names(asserts: list[str], code: ast.Module) -> list[str]:
+    """Top-level functions/classes of the reference code that the asserts use, in order."""
+    defined = {
+        node.name for node in code.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    names: list[str] = []
+    for i, line in enumerate(asserts):
+        for node in ast.walk(_parse(line, f"test_list[{i}]")):
+            if isinstance(node, ast.Name) and node.id in defined and node.id not in names:
+                names.append(node.id)
+    return names
+
+
+def _stdlib_modules(asserts: list[str]) -> list[str]:
+    """Stdlib modules the asserts use as `module.attr` (MBPP tests lean on the code's imports)."""
+    used = {
+        node.value.id for a in asserts for node in ast.walk(ast.parse(a))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+    }
+    return sorted(used & sys.stdlib_module_names)
+
+
+def from_mbpp(row: Mapping[str, Any]) -> Task:
+    """MBPP row (original or sanitized) -> task: write `solution.py`; one test per assert."""
+    task_id = _field(row, "task_id", (int, str))
+    text = _field(row, "text" if "text" in row or "prompt" not in row else "prompt")
+    code = _field(row, "code")
+    asserts = _field(row, "test_list", list)
+    if not all(isinstance(a, str) and a.strip() for a in asserts):
+        raise ValueError("field 'test_list' must be a list of assert statements")
+    names = _called_names(asserts, _parse(code, "code"))
+    if not names:
+        raise ValueError("field 'test_list': no assert uses a function defined in field 'code'")
+    imports = list(row.get("test_imports") or [])
+    setup = row.get("test_setup_code") or ""
+    if not isinstance(setup, str) or not all(isinstance(i, str) for i in imports):
+        raise ValueError("fields 'test_setup_code'/'test_imports' must be text")
+    extra = [m for m in _stdlib_modules(asserts) if m not in names]
+    imports += [f"import {m}" for m in extra if f"import {m}" not in imports]
+    parts = [*imports, setup.strip(), f"from solution import {', '.join(names)}"]
+    head = "\n".join(part for part in parts if part)
+    bodies = [
+        f"\n\n\ndef test_assert_{i}():\n" + "\n".join("    " + ln for ln in a.strip().splitlines())
+        for i, a in enumerate(asserts)
+    ]
+    tests = f"{_doc(f'Hidden tests for mbpp/{task_id}: one test per assert.')}\n{head}\n"
+    tests += "".join(bodies)
+    wanted = " and ".join(f"`{n}`" for n in names)
+    prompt = (
+        f"{text.strip()}\n\nWrite `solution.py` defining {wanted}. Hidden tests import it from "
+        f"`solution.py` and check asserts such as:\n\n```python\n{asserts[0].strip()}\n```"
+    )
+    return Task(
+        id=f"mbpp/{task_id}", prompt=prompt, tests={"test_solution.py": tests + "\n"},
+        solution={"solution.py": code}, tags=("mbpp", "function"),
+        metadata={"source": "mbpp", "entry_points": names},
+    )
+
+
+def _as_text(value: Any, name: str) -> str:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "\n".join(value)
+    if not isinstance(value, str):
+        raise ValueError(f"field {name!r} must hold strings, got {type(value).__name__}")
+    return value
+
+
+def _stdio_task(task_id: str, statement: str, cases: list[tuple[str, str]], reference: str | None,
+                timeout: float, **extra: Any) -> Task:
+    """Build a stdin/stdout task: the agent writes `main.py`; each case is one test."""
+    extra["metadata"] = {**extra.get("metadata", {}), "cases": len(cases), "case_timeout": timeout}
+    doc = _doc(f"Hidden tests for {task_id}: run main.py per case, compare normalised stdout.")
+    tests = _STDIO_TEST.format(doc=doc, timeout=timeout, cases=repr(cases))
+    return Task(
+        id=task_id, prompt=_STDIO_PROMPT.format(statement=statement.strip(), timeout=timeout),
+        tests={"test_main.py": tests}, solution={"main.py": reference} if reference else {},
+        timeout=max(60.0, min(600.0, 5 + timeout * len(cases))), **extra,
+    )
+
+
+def _json_field(row: Mapping[str, Any], name: str, kind: type) -> Any:
+    """A field APPS stores as a JSON string (already-decoded values are accepted too)."""
+    value = row.get(name)
+    if isinstance(value, str) and value.strip():
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"field {name!r} is not valid JSON: {exc.msg}") from exc
+    if not isinstance(value, kind):
+        raise ValueError(f"field {name!r} must be a JSON {kind.__name__}")
+    return value
+
+
+def from_apps(row: Mapping[str, Any], *, case_timeout: float = DEFAULT_CASE_TIMEOUT) -> Task:
+    """APPS row -> stdin/stdout task (call-based `fn_name` problems are rejected)."""
+    pid = _field(row, "problem_id", (int, str))
+    question = _field(row, "question")
+    if "input_output" not in row:
+        raise ValueError("field 'input_output' is missing")
+    io = _json_field(row, "input_output", dict)
+    if io.get("fn_name"):
+        raise ValueError("field 'input_output': call-based problems (fn_name) are not supported")
+    inputs, outputs = io.get("inputs"), io.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
+        raise ValueError("field 'input_output' needs non-empty 'inputs' and 'outputs' lists")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"field 'input_output': {len(inputs)} inputs but {len(outputs)} outputs")
+    pairs = zip(inputs, outputs, strict=True)
+    cases = [(_as_text(i, "input_output"), _as_text(o, "input_output")) for i, o in pairs]
+    solutions = _json_field(row, "solutions", list) if row.get("solutions") else []
+    level = str(row.get("difficulty") or "")
+    difficulty = _APPS_LEVELS.get(level, "medium")
+    return _stdio_task(
+        f"apps/{pid}", question, cases, next((s for s in solutions if isinstance(s, str)), None),
+        case_timeout, difficulty=difficulty, tags=("apps", "stdio"),
+        metadata={"source": "apps", "level": level, "url": row.get("url") or ""},
+    )
+
+
+def _cc_cases(row: Mapping[str, Any], groups: tuple[str, ...]) -> list[tuple[str, str]]:
+    cases: list[tuple[str, str]] = []
+    for group in groups:
+        block = row.get(group) or {}
+        if not isinstance(block, Mapping):
+            raise ValueError(f"field {group!r} must be a mapping with 'input' and 'output' lists")
+        inputs, outputs = block.get("input") or [], block.get("output") or []
+        if len(inputs) != len(outputs):
+            raise ValueError(f"field {group!r}: {len(inputs)} inputs but {len(outputs)} outputs")
+        pairs = zip(inputs, outputs, strict=True)
+        cases += [(_as_text(i, group), _as_text(o, group)) for i, o in pairs]
+    return cases
+
+
+def _cc_python3(solutions: Any) -> str | None:
+    """First Python 3 solution, from the columnar {language: [...], solution: [...]} layout."""
+    if isinstance(solutions, Mapping):
+        pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
+    else:
+        items = [s for s in solutions or [] if isinstance(s, Mapping)]
+        pairs = ((s.get("language"), s.get("solution")) for s in items)
+    return next((code for lang, code in pairs if lang in _PYTHON3 and isinstance(code, str)), None)
+
+
+def from_code_contests(row: Mapping[str, Any], *, include_generated: bool = False,
+                       case_timeout: float | None = None) -> Task:
+    """CodeContests row -> stdin/stdout task on its public + private (+ generated) tests."""
+    name, description = _field(row, "name"), _field(row, "description")
+    groups = ("public_tests", "private_tests") + (("generated_tests",) if include_generated else ())
+    cases = _cc_cases(row, groups)
+    if not cases:
+        raise ValueError("fields 'public_tests'/'private_tests' hold no test cases")
+    if case_timeout is None:
+        limit = row.get("time_limit")
+        limit = limit if isinstance(limit, Mapping) else {}
+        seconds = (limit.get("seconds") or 0) + (limit.get("nanos") or 0) / 1e9
+        case_timeout = min(30.0, max(DEFAULT_CASE_TIMEOUT, 3 * seconds))
+    rating = row.get("cf_rating") or 0
+    difficulty = "easy" if 0 < rating < 1400 else "hard" if rating >= 2000 else "medium"
+    return _stdio_task(
+        f"code_contests/{name}", description, cases, _cc_python3(row.get("solutions")),
+        case_timeout, difficulty=difficulty, tags=("code_contests", "stdio"),
+        metadata={"source": "code_contests", "cf_rating": rating},
+    )
+
+
+ADAPTERS: dict[str, Callable[[Mapping[str, Any]], Task]] = {
+    "humaneval": from_humaneval,
+    "mbpp": from_mbpp,
+    "apps": from_apps,
+    "code_contests": from_code_contests,
+}
+ID_FIELDS = {
+    "humaneval": "task_id", "mbpp": "task_id", "apps": "problem_id", "code_contests": "name",
+}

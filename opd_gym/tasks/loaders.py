@@ -1,0 +1,181 @@
+"""Load tasks from files (JSONL/JSON/YAML/TOML), suite folders, built-in suites, rows, datasets."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tomllib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from opd_gym.tasks.adapters import ADAPTERS, ID_FIELDS
+from opd_gym.tasks.model import Task
+from opd_gym.tasks.suite import available_suites, load_suite, load_suite_dir
+
+_REQUIRED = ("id", "prompt", "tests")
+_OPTIONAL = ("files", "solution", "timeout", "difficulty", "tags", "metadata")
+Source = str | os.PathLike[str] | Iterable[Task | Mapping[str, Any]]
+
+
+class TaskList(list[Task]):
+    """A list of tasks that also records the rows skipped with `skip_invalid=True`."""
+
+    def __init__(self, tasks: Iterable[Task] = (), skipped: Iterable[str] = ()) -> None:
+        super().__init__(tasks)
+        self.skipped: list[str] = list(skipped)
+
+
+def _files(row: Mapping[str, Any], name: str) -> dict[str, str]:
+    value = row.get(name) or {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"field {name!r} must map file paths to text")
+    for path in value:
+        parts = PurePosixPath(path).parts
+        if not parts or path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
+            raise ValueError(f"field {name!r}: path {path!r} must stay inside the workspace")
+    return dict(value)
+
+
+def task_from_dict(row: Mapping[str, Any]) -> Task:
+    """One row of our own task format -> Task, with a clear error naming the bad field."""
+    for key in _REQUIRED:
+        if key not in row or row[key] in (None, "", {}):
+            raise ValueError(f"field {key!r} is missing")
+    unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown}; allowed: {[*_REQUIRED, *_OPTIONAL]}")
+    for key in ("id", "prompt", "difficulty"):
+        if key in row and not isinstance(row[key], str):
+            raise ValueError(f"field {key!r} must be a string")
+    timeout = row.get("timeout", 60.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ValueError("field 'timeout' must be a positive number of seconds")
+    tags = row.get("tags") or []
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise ValueError("field 'tags' must be a list of strings")
+    metadata = row.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise ValueError("field 'metadata' must be a mapping")
+    return Task(
+        id=row["id"], prompt=row["prompt"], files=_files(row, "files"),
+        tests=_files(row, "tests"), solution=_files(row, "solution"), timeout=float(timeout),
+        difficulty=row.get("difficulty", "easy"), tags=tuple(tags), metadata=metadata,
+    )
+
+
+def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid: bool = False,
+                 source: str = "") -> TaskList:
+    """Turn rows (Tasks or mappings in `schema`) into a TaskList; bad rows raise or are skipped."""
+    if schema is not None and schema not in ADAPTERS:
+        raise ValueError(f"unknown schema {schema!r}; known: {sorted(ADAPTERS)}")
+    convert = ADAPTERS[schema] if schema else task_from_dict
+    id_field = ID_FIELDS[schema] if schema else "id"
+    out, seen = TaskList(), set()
+    for index, row in enumerate(rows):
+        label = f"{source + ': ' if source else ''}row {index}"
+        try:
+            if isinstance(row, Exception):
+                raise row
+            if isinstance(row, Task):
+                task = row
+            elif isinstance(row, Mapping):
+                if row.get(id_field) not in (None, ""):
+                    label += f" (id {row[id_field]!r})"
+                task = convert(row)
+            else:
+                raise ValueError(f"expected a mapping or Task, got {type(row).__name__}")
+            if task.id in seen:
+                raise ValueError(f"duplicate task id {task.id!r}")
+        except (ValueError, TypeError) as exc:
+            message = f"{label}: {exc}"
+            if not skip_invalid:
+                raise ValueError(message) from exc
+            out.skipped.append(message)
+            continue
+        seen.add(task.id)
+        out.append(task)
+    return out
+
+
+def _jsonl_rows(path: Path) -> Iterator[Any]:
+    """Parsed rows of a JSONL file; a line that is not JSON becomes a ValueError row."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})")
+
+
+def _file_rows(path: Path) -> Iterable[Any]:
+    """Rows of a task file, by suffix: a list, or a mapping whose 'tasks' key holds the list."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _jsonl_rows(path)
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+    elif suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as exc:
+            raise ImportError("reading YAML task files needs PyYAML: pip install pyyaml") from exc
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    elif suffix == ".toml":
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    else:
+        raise ValueError(f"{path}: unsupported task file type {suffix!r} (jsonl, json, yaml, toml)")
+    if isinstance(data, Mapping):
+        data = data.get("tasks")
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of tasks (or a top-level 'tasks' list)")
+    return data
+
+
+def load_tasks(
+    source: Source, *, schema: str | None = None, skip_invalid: bool = False
+) -> TaskList:
+    """Load tasks from a task file, a suite folder, a built-in suite name, or a list of rows.
+
+    `schema` ("humaneval", "mbpp", "apps", "code_contests") maps dataset rows through an
+    adapter; without it rows are in our own format. Skipped rows are in `.skipped`.
+    """
+    if isinstance(source, str) and os.sep not in source and "." not in source:
+        if source in available_suites():
+            return TaskList(load_suite(source))
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if path.is_dir():
+            if schema is not None:
+                raise ValueError("schema applies to row files, not to suite folders")
+            return convert_rows(load_suite_dir(path), source=str(path))
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no task file, folder or built-in suite named {str(source)!r} "
+                f"(built-in suites: {available_suites()})"
+            )
+        return convert_rows(_file_rows(path), schema, skip_invalid=skip_invalid, source=path.name)
+    return convert_rows(source, schema, skip_invalid=skip_invalid)
+
+
+def load_hf_dataset(
+    name_or_path: str, schema: str, *, split: str = "test", limit: int | None = None,
+    skip_invalid: bool = False, **load_kwargs: Any,
+) -> TaskList:
+    """Load a Hugging Face dataset (hub name or local path) and map its rows through `schema`."""
+    if schema not in ADAPTERS:
+        raise ValueError(f"unknown schema {schema!r}; known: {sorted(ADAPTERS)}")
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ImportError(
+            "load_hf_dataset needs the optional 'datasets' package: pip install 'opd_gym[datasets]'"
+        ) from exc
+    rows = datasets.load_dataset(name_or_path, split=split, **load_kwargs)
+    if limit is not None:
+        rows = itertools.islice(rows, limit)
+    return convert_rows(rows, schema, skip_invalid=skip_invalid, source=name_or_path)

@@ -1,0 +1,179 @@
+"""Dataset adapters: references pass, starters fail, bad rows give clear errors, HF path works."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from opd_gym.tasks import (
+    from_apps,
+    from_code_contests,
+    from_humaneval,
+    from_mbpp,
+    load_hf_dataset,
+    load_tasks,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SCHEMAS = ["humaneval", "mbpp", "apps", "code_contests"]
+
+
+def _rows(schema: str) -> list[dict]:
+    lines = (FIXTURES / f"{schema}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+ALL_TASKS = [task for schema in SCHEMAS for task in load_tasks(FIXTURES / f"{schema}.jsonl",
+                                                               schema=schema)]
+
+
+def test_fixture_counts():
+    assert [len(_rows(s)) for s in SCHEMAS] == [3, 3, 2, 2]
+    assert len(ALL_TASKS) == 10
+
+
+@pytest.mark.parametrize("task", ALL_TASKS, ids=lambda t: t.id)
+def test_reference_passes_and_starter_fails(task, grade):
+    passed = grade(task, task.solution)
+    assert passed.returncode == 0, passed.stdout[-3000:]
+    assert grade(task).returncode != 0
+
+
+def test_humaneval_shape():
+    task = from_humaneval(_rows("humaneval")[0])
+    assert task.id == "FixtureEval/0"
+    assert task.files["solution.py"] == _rows("humaneval")[0]["prompt"]
+    assert "`count_vowels`" in task.prompt and "`solution.py`" in task.prompt
+    assert "def test_check" in task.tests["test_solution.py"]
+
+
+def test_humaneval_wrong_answer_fails(grade):
+    task = from_humaneval(_rows("humaneval")[1])
+    wrong = {"solution.py": "def rotate_left(items, k):\n    return list(items)\n"}
+    proc = grade(task, wrong)
+    assert proc.returncode == 1 and "1 failed, 1 passed" in proc.stdout
+
+
+def test_mbpp_one_test_per_assert_and_imports():
+    rows = _rows("mbpp")
+    tasks = [from_mbpp(row) for row in rows]
+    for row, task in zip(rows, tasks, strict=True):
+        assert task.tests["test_solution.py"].count("def test_assert_") == len(row["test_list"])
+        assert not task.files
+    assert "`sector_area`" in tasks[1].prompt
+    assert "import math" in tasks[1].tests["test_solution.py"]
+    assert "`total_area` and `Rect`" in tasks[2].prompt
+
+
+def test_mbpp_partial_credit(grade):
+    task = from_mbpp(_rows("mbpp")[0])
+    almost = {"solution.py": "def second_largest(nums):\n    return sorted(set(nums))[-2]\n"}
+    proc = grade(task, almost)
+    assert proc.returncode == 1 and "1 failed, 2 passed" in proc.stdout
+
+
+def test_mbpp_sanitized_schema(grade):
+    row = {
+        "source_file": "fixture", "task_id": 77, "prompt": "Write a function to cube a number.",
+        "code": "def cube(x):\n    return x ** 3", "test_imports": ["import math"],
+        "test_list": ["assert cube(3) == 27", "assert math.isclose(cube(0.5), 0.125)"],
+    }
+    task = from_mbpp(row)
+    assert task.id == "mbpp/77" and task.prompt.startswith("Write a function to cube")
+    assert grade(task, task.solution).returncode == 0
+
+
+def test_stdio_tasks():
+    apps, contest = from_apps(_rows("apps")[0]), from_code_contests(_rows("code_contests")[0])
+    assert apps.id == "apps/90001" and apps.difficulty == "easy"
+    assert "main.py" in apps.prompt and "main.py" in apps.solution
+    assert contest.metadata["cases"] == 4  # 1 public + 3 private
+    assert apps.metadata["cases"] == 3
+    assert "#include" not in contest.solution["main.py"]  # the Python 3 solution was picked
+    assert contest.difficulty == "easy"
+    with_generated = from_code_contests(_rows("code_contests")[0], include_generated=True)
+    assert with_generated.metadata["cases"] == 5
+
+
+def test_stdio_whitespace_tolerant_but_strict_on_values(grade):
+    task = from_apps(_rows("apps")[1])
+    sloppy = (
+        "t = int(input())\nfor _ in range(t):\n    w = input().strip()\n"
+        "    ok = all(a != b for a, b in zip(w, w[1:]))\n"
+        "    print('YES' if ok else 'NO', '  ')\n    print()\n"
+    )
+    assert grade(task, {"main.py": sloppy}).returncode == 0
+    wrong = {"main.py": "import sys\nfor _ in sys.stdin.read().split()[1:]:\n    print('YES')\n"}
+    proc = grade(task, wrong)
+    assert proc.returncode == 1 and "2 failed" in proc.stdout
+
+
+def test_code_contests_without_python_solution():
+    row = dict(_rows("code_contests")[0], solutions={"language": [2], "solution": ["int main(){}"]})
+    assert dict(from_code_contests(row).solution) == {}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "change", "message"),
+    [
+        (from_humaneval, {"entry_point": None}, "field 'entry_point' is missing"),
+        (from_humaneval, {"test": "assert True"}, "does not define check(candidate)"),
+        (from_humaneval, {"canonical_solution": "    return (\n"}, "is not valid Python"),
+        (from_mbpp, {"test_list": []}, "field 'test_list' is empty"),
+        (from_mbpp, {"test_list": ["assert foo(1) == 1"]}, "no assert uses a function defined"),
+        (from_mbpp, {"code": 5}, "field 'code' is a int, expected str"),
+        (from_apps, {"input_output": '{"fn_name": "f", "inputs": [[1]], "outputs": [1]}'},
+         "call-based problems (fn_name) are not supported"),
+        (from_apps, {"input_output": '{"inputs": ["1"], "outputs": []}'}, "1 inputs but 0 outputs"),
+        (from_apps, {"input_output": "{nope"}, "field 'input_output' is not valid JSON"),
+        (from_code_contests, {"public_tests": {"input": [], "output": []},
+                              "private_tests": None}, "hold no test cases"),
+        (from_code_contests, {"description": ""}, "field 'description' is empty"),
+    ],
+)
+def test_adapter_errors(adapter, change, message):
+    schema = {from_humaneval: "humaneval", from_mbpp: "mbpp", from_apps: "apps",
+              from_code_contests: "code_contests"}[adapter]
+    row = dict(_rows(schema)[0], **change)
+    with pytest.raises(ValueError) as info:
+        adapter(row)
+    assert message in str(info.value)
+
+
+def test_bad_rows_file_names_row_and_field():
+    path = FIXTURES / "humaneval_bad.jsonl"
+    with pytest.raises(ValueError) as info:
+        load_tasks(path, schema="humaneval")
+    assert str(info.value) == (
+        "humaneval_bad.jsonl: row 1 (id 'Bad/1'): field 'entry_point' is missing"
+    )
+    tasks = load_tasks(path, schema="humaneval", skip_invalid=True)
+    assert [t.id for t in tasks] == ["Bad/0"]
+    assert len(tasks.skipped) == 3
+    assert "row 2 (id 'Bad/2'): field 'prompt' does not define the entry point" in tasks.skipped[1]
+    assert "row 3: invalid JSON" in tasks.skipped[2]
+
+
+def test_rows_in_memory_with_schema():
+    tasks = load_tasks(_rows("mbpp"), schema="mbpp")
+    assert [t.id for t in tasks] == ["mbpp/9001", "mbpp/9002", "mbpp/9003"]
+
+
+def test_hf_loader_without_datasets(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(ImportError, match=r"pip install 'opd_gym\[datasets\]'"):
+        load_hf_dataset("openai_humaneval", "humaneval")
+
+
+def test_hf_loader_with_real_datasets(tmp_path):
+    """The real `datasets` library (the `datasets` extra, installed in CI) on a local JSONL."""
+    tasks = load_hf_dataset(
+        "json", "mbpp", split="train", data_files=str(FIXTURES / "mbpp.jsonl"),
+        cache_dir=str(tmp_path), limit=2,
+    )
+    assert [t.id for t in tasks] == ["mbpp/9001", "mbpp/9002"]
+    with pytest.raises(ValueError, match="unknown schema"):
+        load_hf_dataset("x", "nope")
