@@ -1,1 +1,53 @@
-"""opd_gym: Gymnasium environments for LLM coding agents with on-policy distillation."""
+"""opd_gym: Gymnasium environments for multi-turn LLM coding agents.
+
+Importing the package registers `opd_gym/Coding-v0` (and one id per env folder), so
+`gym.make("opd_gym/Coding-v0")` and `gym.make("opd_gym:opd_gym/Coding-v0")` both work.
+Heavy pieces (Docker engine, torch, transformers) load only when used.
+"""
+
+from typing import Any
+
+from opd_gym.actions import TokenText
+from opd_gym.env import CodingEnv
+from opd_gym.grading import Grader, GradeReport
+from opd_gym.registration import register_envs
+from opd_gym.rewards import RewardWeights
+from opd_gym.spaces import ModelOutput, UnicodeText
+from opd_gym.tasks import Task, load_suite, load_tasks
+from opd_gym.transcript import Turn, messages_for_template
+from opd_gym.wrappers import TrajectoryRecorder
+
+__version__ = "0.1.0"
+
+ENV_IDS = register_envs()
+
+_LAZY = {"OPDWrapper": "opd_gym.opd.wrapper"}
+
+__all__ = [
+    "ENV_IDS",
+    "CodingEnv",
+    "GradeReport",
+    "Grader",
+    "ModelOutput",
+    "OPDWrapper",
+    "RewardWeights",
+    "Task",
+    "TokenText",
+    "TrajectoryRecorder",
+    "Turn",
+    "UnicodeText",
+    "__version__",
+    "load_suite",
+    "load_tasks",
+    "messages_for_template",
+    "register_envs",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import rarely needed, heavier parts (the OPD wrapper) on first access."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'opd_gym' has no attribute {name!r}")

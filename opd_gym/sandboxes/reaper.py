@@ -63,22 +63,25 @@ class PruneReport:
 
 def prune(engine: Any, *, everything: bool = False) -> PruneReport:
     """Remove opd_gym containers whose owner process died (or all of them with `everything`)."""
-    from docker.errors import DockerException
+    from docker.errors import DockerException, NotFound
 
     from opd_gym.sandboxes.docker import LABEL
 
+    # The low-level list carries the labels, so no per-container inspect can race a removal.
     with engine.call() as client:
-        containers = client.containers.list(all=True, filters={"label": LABEL})
+        containers = client.api.containers(all=True, filters={"label": LABEL})
     removed, kept = [], 0
     for container in containers:
-        labels = container.labels or {}
+        labels = container.get("Labels") or {}
         if not everything and orphan_reason(labels) is None:
             kept += 1
             continue
         try:
-            with engine.call():
-                container.remove(force=True)
-            removed.append(container.short_id)
+            with engine.call() as client:
+                client.api.remove_container(container["Id"], force=True)
+            removed.append(container["Id"][:12])
+        except NotFound:
+            continue  # removed meanwhile (its lifetime ended, or another reaper was faster)
         except DockerException:
             kept += 1
     return PruneReport(removed=removed, kept=kept)

@@ -31,8 +31,14 @@ def box(engine):
     sb.close()
 
 
-def our_containers(engine) -> list:
-    return engine.client.containers.list(all=True, filters={"label": LABEL})
+def our_ids(engine) -> set[str]:
+    """Ids of opd_gym containers (low-level list: no inspect that could race a removal)."""
+    return {c["Id"] for c in engine.client.api.containers(all=True, filters={"label": LABEL})}
+
+
+def owned_by_me(engine) -> list[str]:
+    mine = {"label": [LABEL, f"{PID}={os.getpid()}"]}
+    return [c["Id"] for c in engine.client.api.containers(all=True, filters=mine)]
 
 
 def test_container_is_hardened(box):
@@ -107,7 +113,7 @@ def test_lifetime_cap_ends_the_container(engine):
     cid = sb.container.id
     time.sleep(4)
     assert not sb.alive
-    assert cid not in {c.id for c in our_containers(engine)}  # auto-removed when it ended
+    assert cid not in our_ids(engine)  # auto-removed when it ended
     sb.close()
 
 
@@ -128,8 +134,7 @@ def test_warm_pool_hands_out_live_sandboxes_fast(engine):
         pool.release(first)
         pool.release(second)
     time.sleep(0.5)
-    mine = [c for c in our_containers(engine) if c.labels.get(PID) == str(os.getpid())]
-    assert mine == [], "closing the pool must remove every container it started"
+    assert owned_by_me(engine) == [], "closing the pool must remove every container it started"
 
 
 def test_pool_reports_a_broken_factory_instead_of_hanging():
@@ -159,17 +164,16 @@ def test_sigkilled_owner_containers_are_pruned(engine):
     owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
     ids = owner.stdout.readline().split()
     assert len(ids) == 2
-    live = {c.id for c in our_containers(engine)}
-    assert set(ids) <= live
+    assert set(ids) <= our_ids(engine)
     short = {i[:12] for i in ids}
     # An owner that is alive keeps its containers.
     assert not short & set(prune(engine).removed)
-    assert set(ids) <= {c.id for c in our_containers(engine)}
+    assert set(ids) <= our_ids(engine)
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait()
     report = prune(engine)
     assert short <= set(report.removed)
-    assert not set(ids) & {c.id for c in our_containers(engine)}
+    assert not set(ids) & our_ids(engine)
 
 
 def test_next_pool_start_reaps_orphans(engine):
@@ -178,4 +182,4 @@ def test_next_pool_start_reaps_orphans(engine):
     os.kill(owner.pid, signal.SIGKILL)
     owner.wait()
     sandbox_factory("docker")  # what every pool start does first
-    assert not set(ids) & {c.id for c in our_containers(engine)}
+    assert not set(ids) & our_ids(engine)

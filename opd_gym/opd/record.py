@@ -1,0 +1,255 @@
+"""The OPD record: teacher targets for one scored assistant turn, aligned to the student's tokens.
+
+Position j always refers to the j-th token the student sampled. Positions without a teacher
+signal have ``mask[j] == False`` and NaN teacher values (never a 0.0 filler, which a trainer
+would read as a real "probability 1" target).
+
+JSON form (``to_dict``): arrays become nested lists; non-finite floats, which JSON cannot
+hold, become the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the spellings of
+JavaScript and Python's ``float()``), so the round trip is lossless. Top-K padding is
+id ``-1`` with logprob ``"-Infinity"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+SCHEMA = "opd_gym.opd_record/1"
+SCOPES = ("turn", "episode")
+PAD_ID = -1
+
+
+class SpanScoresLike(Protocol):
+    """What a teacher returns for one span (see ``opd_gym.opd.teachers.base.SpanScores``)."""
+
+    token_logprobs: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+
+
+def _as_array(name: str, value: Any, kind: str, dtype: type, ndim: int) -> np.ndarray:
+    """Convert `value` to a `dtype` array, refusing lossy kinds (e.g. floats as token ids)."""
+    arr = np.asarray(value)
+    if arr.size == 0 and arr.dtype.kind == "f" and kind != "f":
+        arr = arr.astype(dtype)  # np.asarray([]) is float64; an empty list is fine anywhere
+    if arr.dtype.kind not in kind:
+        raise TypeError(f"OPDRecord.{name}: expected dtype kind {kind!r}, got {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"OPDRecord.{name}: expected {ndim}-D array, got shape {arr.shape}")
+    if kind == "iu" and arr.size and (arr.min() < np.iinfo(np.int32).min or
+                                      arr.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"OPDRecord.{name}: values do not fit in int32")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+@dataclass(eq=False)
+class OPDRecord:
+    """Teacher top-K and sampled-token logprobs for one assistant turn (schema: DESIGN.md §3)."""
+
+    token_ids: np.ndarray
+    teacher_token_logprobs: np.ndarray
+    teacher_topk_ids: np.ndarray
+    teacher_topk_logprobs: np.ndarray
+    mask: np.ndarray
+    student_logprobs: np.ndarray | None = None
+    hint: str | None = None
+    votes: list[Any] = field(default_factory=list)
+    turn_index: int = 0
+    retokenized: bool = False
+    error: str | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    scope: str = "turn"
+
+    def __post_init__(self) -> None:
+        self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
+        t = self.token_ids.shape[0]
+        self.teacher_token_logprobs = _as_array(
+            "teacher_token_logprobs", self.teacher_token_logprobs, "fiu", np.float32, 1)
+        self.teacher_topk_ids = _as_array("teacher_topk_ids", self.teacher_topk_ids, "iu",
+                                          np.int32, 2)
+        self.teacher_topk_logprobs = _as_array(
+            "teacher_topk_logprobs", self.teacher_topk_logprobs, "fiu", np.float32, 2)
+        self.mask = _as_array("mask", self.mask, "b", np.bool_, 1)
+        if self.student_logprobs is not None:
+            self.student_logprobs = _as_array(
+                "student_logprobs", self.student_logprobs, "fiu", np.float32, 1)
+        k = self.teacher_topk_ids.shape[1]
+        expected = {
+            "teacher_token_logprobs": (self.teacher_token_logprobs.shape, (t,)),
+            "teacher_topk_ids": (self.teacher_topk_ids.shape, (t, k)),
+            "teacher_topk_logprobs": (self.teacher_topk_logprobs.shape, (t, k)),
+            "mask": (self.mask.shape, (t,)),
+        }
+        if self.student_logprobs is not None:
+            expected["student_logprobs"] = (self.student_logprobs.shape, (t,))
+        for name, (got, want) in expected.items():
+            if got != want:
+                raise ValueError(f"OPDRecord.{name}: shape {got} does not match "
+                                 f"{want} (T={t} tokens, K={k})")
+        if self.scope not in SCOPES:
+            raise ValueError(f"OPDRecord.scope must be one of {SCOPES}, got {self.scope!r}")
+        self.votes = list(self.votes)
+        self.timing = {str(key): float(v) for key, v in dict(self.timing).items()}
+        self._check_fill_rules()
+
+    def _check_fill_rules(self) -> None:
+        """Unscored positions hold NaN/-1; scored ones hold real values; padding is -1/-inf."""
+        off = ~self.mask
+        if off.any():
+            if not np.isnan(self.teacher_token_logprobs[off]).all():
+                raise ValueError("OPDRecord: teacher_token_logprobs must be NaN where mask is "
+                                 "False (never a 0.0 filler)")
+            if not np.isnan(self.teacher_topk_logprobs[off]).all():
+                raise ValueError("OPDRecord: teacher_topk_logprobs must be NaN where mask is False")
+            if not (self.teacher_topk_ids[off] == PAD_ID).all():
+                raise ValueError("OPDRecord: teacher_topk_ids must be -1 where mask is False")
+        on = self.mask
+        if on.any():
+            if np.isnan(self.teacher_token_logprobs[on]).any():
+                raise ValueError("OPDRecord: teacher_token_logprobs has NaN where mask is True")
+            ids, lps = self.teacher_topk_ids[on], self.teacher_topk_logprobs[on]
+            if np.isnan(lps).any():
+                raise ValueError("OPDRecord: teacher_topk_logprobs has NaN where mask is True")
+            if not np.array_equal(ids == PAD_ID, np.isneginf(lps)):
+                raise ValueError("OPDRecord: top-K padding must pair id -1 with logprob -inf")
+            if (ids < PAD_ID).any():
+                raise ValueError("OPDRecord: teacher_topk_ids has negative ids other than -1")
+
+    @property
+    def num_tokens(self) -> int:
+        """T, the number of student tokens in the turn."""
+        return int(self.token_ids.shape[0])
+
+    @property
+    def topk(self) -> int:
+        """K, the width of the top-K arrays."""
+        return int(self.teacher_topk_ids.shape[1])
+
+    @property
+    def scored(self) -> bool:
+        """True when at least one position carries a teacher signal."""
+        return bool(self.mask.any())
+
+    @classmethod
+    def unscored(
+        cls,
+        token_ids: Sequence[int] | np.ndarray,
+        error: str,
+        *,
+        topk: int = 0,
+        student_logprobs: Sequence[float] | np.ndarray | None = None,
+        **fields: Any,
+    ) -> OPDRecord:
+        """A record for a turn the teacher could not score: mask all False, NaN teacher values."""
+        if not error:
+            raise ValueError("OPDRecord.unscored needs a non-empty error explaining why")
+        ids = np.asarray(token_ids, dtype=np.int32).reshape(-1)
+        t = ids.shape[0]
+        return cls(
+            token_ids=ids,
+            teacher_token_logprobs=np.full(t, np.nan, np.float32),
+            teacher_topk_ids=np.full((t, topk), PAD_ID, np.int32),
+            teacher_topk_logprobs=np.full((t, topk), np.nan, np.float32),
+            mask=np.zeros(t, np.bool_),
+            student_logprobs=student_logprobs,
+            error=error,
+            **fields,
+        )
+
+    @classmethod
+    def from_scores(
+        cls,
+        token_ids: Sequence[int] | np.ndarray,
+        scores: SpanScoresLike,
+        *,
+        student_logprobs: Sequence[float] | np.ndarray | None = None,
+        **fields: Any,
+    ) -> OPDRecord:
+        """Build a record from a teacher's span scores; rows the teacher left NaN are masked off."""
+        token_lp = np.asarray(scores.token_logprobs, np.float32).copy()
+        topk_ids = np.asarray(scores.topk_ids, np.int32).copy()
+        topk_lp = np.asarray(scores.topk_logprobs, np.float32).copy()
+        mask = ~np.isnan(token_lp)
+        topk_ids[~mask] = PAD_ID
+        topk_lp[~mask] = np.nan
+        return cls(
+            token_ids=token_ids,
+            teacher_token_logprobs=token_lp,
+            teacher_topk_ids=topk_ids,
+            teacher_topk_logprobs=topk_lp,
+            mask=mask,
+            student_logprobs=student_logprobs,
+            **fields,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict (lists; non-finite floats as "NaN"/"Infinity"/"-Infinity")."""
+        return {
+            "schema": SCHEMA,
+            "token_ids": self.token_ids.tolist(),
+            "teacher_token_logprobs": _floats_to_json(self.teacher_token_logprobs),
+            "teacher_topk_ids": self.teacher_topk_ids.tolist(),
+            "teacher_topk_logprobs": _floats_to_json(self.teacher_topk_logprobs),
+            "topk": self.topk,
+            "mask": self.mask.tolist(),
+            "student_logprobs": (None if self.student_logprobs is None
+                                 else _floats_to_json(self.student_logprobs)),
+            "hint": self.hint,
+            "votes": list(self.votes),
+            "turn_index": int(self.turn_index),
+            "retokenized": bool(self.retokenized),
+            "error": self.error,
+            "timing": dict(self.timing),
+            "scope": self.scope,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OPDRecord:
+        """Inverse of `to_dict`; validates like the constructor."""
+        schema = data.get("schema", SCHEMA)
+        if schema != SCHEMA:
+            raise ValueError(f"OPDRecord.from_dict: unsupported schema {schema!r} "
+                             f"(expected {SCHEMA!r})")
+        t = len(data["token_ids"])
+        k = int(data.get("topk", 0))
+        student = data.get("student_logprobs")
+        return cls(
+            token_ids=np.asarray(data["token_ids"], np.int64).reshape(t),
+            teacher_token_logprobs=_floats_from_json(data["teacher_token_logprobs"], (t,)),
+            teacher_topk_ids=np.asarray(data["teacher_topk_ids"], np.int64).reshape(t, k),
+            teacher_topk_logprobs=_floats_from_json(data["teacher_topk_logprobs"], (t, k)),
+            mask=np.asarray(data["mask"], np.bool_).reshape(t),
+            student_logprobs=None if student is None else _floats_from_json(student, (t,)),
+            hint=data.get("hint"),
+            votes=list(data.get("votes") or []),
+            turn_index=int(data.get("turn_index", 0)),
+            retokenized=bool(data.get("retokenized", False)),
+            error=data.get("error"),
+            timing=dict(data.get("timing") or {}),
+            scope=data.get("scope", "turn"),
+        )
+
+
+def _floats_to_json(arr: np.ndarray) -> list[Any]:
+    """Nested lists of floats with non-finite values spelled as strings."""
+    if np.isfinite(arr).all():
+        return arr.tolist()
+    obj = arr.astype(object)
+    obj[np.isnan(arr)] = "NaN"
+    obj[np.isposinf(arr)] = "Infinity"
+    obj[np.isneginf(arr)] = "-Infinity"
+    return obj.tolist()
+
+
+def _floats_from_json(value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """Inverse of `_floats_to_json` (float() parses "NaN", "Infinity" and "-Infinity")."""
+    try:
+        return np.asarray(value, dtype=object).astype(np.float32).reshape(shape)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"OPDRecord.from_dict: bad float array of expected shape {shape}: "
+                         f"{exc} (non-finite values are spelled \"NaN\", \"Infinity\", "
+                         f"\"-Infinity\")") from exc

@@ -1,0 +1,68 @@
+"""Teachers score the student's sampled tokens; `make_teacher` builds one from a spec string."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, Teacher, validate_requests
+
+if TYPE_CHECKING:
+    from opd_gym.opd.teachers.transformers import TransformersTeacher
+    from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
+    from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
+
+__all__ = [
+    "ScoreRequest",
+    "SpanScores",
+    "Teacher",
+    "TransformersTeacher",
+    "VLLMEngineTeacher",
+    "VLLMServerTeacher",
+    "make_teacher",
+    "validate_requests",
+]
+
+SCHEMES = ("hf", "vllm", "vllm-engine")
+
+
+def make_teacher(spec: str, **options: Any) -> Teacher:
+    """Build a teacher from a spec; `options` go to the teacher's constructor.
+
+    - "hf:/path/to/model": a local transformers folder (e.g. dtype="bfloat16", chunk_rows=128);
+    - "vllm:http://127.0.0.1:8000": a running vLLM server (e.g. max_in_flight=8, timeout=60);
+    - "vllm-engine:/path/to/model": an in-process vllm.LLM (e.g. max_logprobs=50,
+      enforce_eager=True).
+    """
+    scheme, sep, target = spec.partition(":")
+    if not sep or not target:
+        raise ValueError(f"teacher spec {spec!r} must look like 'SCHEME:TARGET', "
+                         f"with SCHEME one of {SCHEMES} (e.g. 'hf:/models/tiny')")
+    if scheme == "hf":
+        from opd_gym.opd.teachers.transformers import TransformersTeacher
+
+        return TransformersTeacher(target, **options)
+    if scheme == "vllm":
+        from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
+
+        return VLLMServerTeacher(target, **options)
+    if scheme == "vllm-engine":
+        from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
+
+        return VLLMEngineTeacher(target, **options)
+    raise ValueError(f"unknown teacher scheme {scheme!r} in {spec!r}; known: {SCHEMES}")
+
+
+_LAZY = {
+    "TransformersTeacher": "opd_gym.opd.teachers.transformers",
+    "VLLMServerTeacher": "opd_gym.opd.teachers.vllm_server",
+    "VLLMEngineTeacher": "opd_gym.opd.teachers.vllm_engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the heavy teachers lazily, so the core package needs neither torch nor vLLM."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

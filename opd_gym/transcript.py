@@ -1,0 +1,145 @@
+"""The episode transcript: OpenAI-format chat messages and the per-turn `Turn` records.
+
+Conventions (what a chat API or a Qwen-style chat template can render as is):
+
+- the assistant message holds `content` = the model's text minus the `<tool_call>` blocks
+  that were parsed (so a template re-rendering `tool_calls` does not duplicate them; the raw
+  text is kept in `Turn.text`) and `tool_calls` = [{id, type: "function", function: {name,
+  arguments: JSON string}}] when there are any;
+- every tool call is answered by one `{"role": "tool", "tool_call_id", "name", "content"}`
+  message, in call order, including calls that could not run (their content says why);
+- format errors that belong to no call (no call at all, a block that is not JSON) and the
+  end-of-episode note are a `user` message after the tool messages.
+
+`Turn.context_len` indexes the messages the model saw before the turn
+(`messages[:context_len]`); `messages[context_len]` is its assistant message and
+`messages[context_len + 1:end_len]` is the next state that followed it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opd_gym.grading import GradeReport
+from opd_gym.tools.executor import ToolResult
+from opd_gym.tools.parsing import ToolCall
+
+Message = dict[str, Any]
+
+
+def system_message(text: str) -> Message:
+    return {"role": "system", "content": text}
+
+
+def user_message(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def assistant_message(content: str, calls: Sequence[ToolCall]) -> Message:
+    message: Message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [call.to_openai() for call in calls]
+    return message
+
+
+def tool_message(result: ToolResult) -> Message:
+    return {"role": "tool", "tool_call_id": result.call_id, "name": result.name,
+            "content": result.content}
+
+
+def copy_messages(messages: Sequence[Message]) -> list[Message]:
+    """A copy sharing no mutable object with `messages` (cheaper than deepcopy)."""
+    out = []
+    for message in messages:
+        fresh = dict(message)
+        if "tool_calls" in fresh:
+            fresh["tool_calls"] = [
+                {**call, "function": dict(call["function"])} for call in fresh["tool_calls"]
+            ]
+        out.append(fresh)
+    return out
+
+
+def messages_for_template(messages: Sequence[Message]) -> list[Message]:
+    """A copy with tool-call arguments decoded to dicts, as most HF chat templates expect."""
+    out = copy_messages(messages)
+    for message in out:
+        for call in message.get("tool_calls", ()):
+            arguments = call["function"].get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    call["function"]["arguments"] = json.loads(arguments)
+                except json.JSONDecodeError:
+                    pass
+    return out
+
+
+def render_messages(messages: Sequence[Message]) -> str:
+    """A plain-text transcript for humans (render modes `ansi` and `human`)."""
+    blocks = []
+    for message in messages:
+        role = message["role"]
+        header = f"{role} ({message['name']})" if role == "tool" else role
+        body = message.get("content") or ""
+        for call in message.get("tool_calls", ()):
+            fn = call["function"]
+            body += f"\n-> {fn['name']}({fn['arguments']})"
+        blocks.append(f"=== {header} ===\n{body.strip()}")
+    return "\n\n".join(blocks) + "\n"
+
+
+@dataclass
+class Turn:
+    """One assistant turn: what the model produced, what ran, and the state that followed."""
+
+    index: int
+    text: str
+    context_len: int
+    end_len: int = 0
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResult] = field(default_factory=list)
+    format_errors: list[str] = field(default_factory=list)
+    observation: str = ""
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_ids: list[int] | None = None
+    grade: GradeReport | None = None
+    end_reason: str = ""
+
+    @property
+    def is_format_error(self) -> bool:
+        """True when the turn yielded no valid tool call (counts toward the strike limit)."""
+        return not any(call.valid for call in self.tool_calls)
+
+    def summary(self) -> dict[str, Any]:
+        """Compact, fixed-shape view for `info["turn"]`."""
+        return {
+            "index": self.index,
+            "context_len": self.context_len,
+            "end_len": self.end_len,
+            "num_calls": len(self.tool_calls),
+            "format_error": self.is_format_error,
+            "has_token_ids": self.token_ids is not None,
+            "num_tokens": len(self.token_ids) if self.token_ids is not None else 0,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything about the turn as plain JSON-able data (for recorders and exporters)."""
+        return {
+            "index": self.index,
+            "text": self.text,
+            "context_len": self.context_len,
+            "end_len": self.end_len,
+            "tool_calls": [call.to_dict() for call in self.tool_calls],
+            "tool_results": [result.to_dict() for result in self.tool_results],
+            "format_errors": list(self.format_errors),
+            "observation": self.observation,
+            "token_ids": self.token_ids,
+            "logprobs": self.logprobs,
+            "prompt_ids": self.prompt_ids,
+            "grade": self.grade.to_dict() if self.grade is not None else None,
+            "end_reason": self.end_reason,
+        }

@@ -1,0 +1,141 @@
+"""Record finished episodes as JSON lines: messages, per-turn tool results, rewards, token ids.
+
+Under an `OPDWrapper`, the OPD records found in step infos (`info["opd"]`: a record or a list)
+are kept too, as `opd` (their `to_dict()`) with the terminal step's `opd_metrics`.
+
+One line per episode, appended with a single `write` on an `O_APPEND` file, so several envs
+(threads or processes) may share one file. An episode cut short by `reset` or `close` is
+written too, with `"finished": false`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+SCHEMA_VERSION = 1
+
+
+class TrajectoryRecorder(gym.Wrapper):
+    """Appends one JSON object per episode to `path` (a `.jsonl` file)."""
+
+    def __init__(
+        self,
+        env: gym.Env,
+        path: str | os.PathLike[str],
+        *,
+        include_tools: bool = True,
+        fsync: bool = False,
+    ):
+        super().__init__(env)
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.include_tools = include_tools
+        self.fsync = fsync  # flush each line to disk: a killed run keeps every finished episode
+        self.extra: dict[str, Any] = {}  # fields added to the next lines (e.g. an episode number)
+        self.last_record: dict[str, Any] | None = None
+        self._fd: int | None = None
+        self._episode: dict[str, Any] | None = None
+        self.episodes_written = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._flush(finished=False)
+        observation, info = self.env.reset(seed=seed, options=options)
+        self._episode = {
+            "task_id": info.get("task_id"),
+            "seed": seed,
+            "started": time.time(),
+            "rewards": [],
+            "last_info": info,
+            "opd": [],
+            "opd_metrics": None,
+        }
+        return observation, info
+
+    def step(self, action: Any):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if self._episode is not None:
+            self._episode["rewards"].append(float(reward))
+            self._episode["last_info"] = info
+            self._episode["terminated"] = bool(terminated)
+            self._episode["truncated"] = bool(truncated)
+            self._collect_opd(info)
+            if terminated or truncated:
+                self._flush(finished=True)
+        return observation, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self._flush(finished=False)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        super().close()
+
+    def record(self, finished: bool) -> dict[str, Any]:
+        """The JSON-able record of the current episode."""
+        assert self._episode is not None
+        episode, info = self._episode, self._episode["last_info"]
+        base = self.env.unwrapped
+        turns = getattr(base, "turns", None)
+        record: dict[str, Any] = {
+            "schema": SCHEMA_VERSION,
+            "task_id": episode["task_id"],
+            "seed": episode["seed"],
+            "finished": finished,
+            "terminated": episode.get("terminated", False),
+            "truncated": episode.get("truncated", False),
+            "end_reason": info.get("end_reason", ""),
+            "length": len(episode["rewards"]),
+            "return": sum(episode["rewards"]),
+            "rewards": episode["rewards"],
+            "reward_breakdown": info.get("reward_breakdown"),
+            "grade": info.get("grade"),
+            "messages": info.get("messages", []),
+            "turns": [turn.to_dict() for turn in turns] if turns is not None else [],
+            "duration": time.time() - episode["started"],
+        }
+        if episode["opd"] or episode["opd_metrics"] is not None:
+            record["opd"] = [_opd_dict(item) for item in episode["opd"]]
+            record["opd_metrics"] = episode["opd_metrics"]
+        if self.include_tools:
+            record["tools"] = info.get("tools", [])
+        record.update(self.extra)
+        return record
+
+    def _collect_opd(self, info: dict[str, Any]) -> None:
+        """Keep the OPD records and metrics an `OPDWrapper` put into this step's info."""
+        assert self._episode is not None
+        found = info.get("opd")
+        if found is not None:
+            items = found if isinstance(found, list | tuple) else [found]
+            self._episode["opd"].extend(items)
+        if info.get("opd_metrics") is not None:
+            self._episode["opd_metrics"] = dict(info["opd_metrics"])
+
+    def _flush(self, *, finished: bool) -> None:
+        if self._episode is None:
+            return
+        if not self._episode["rewards"]:  # reset with no step taken: nothing to record
+            self._episode = None
+            return
+        self.last_record = self.record(finished)
+        line = json.dumps(self.last_record, ensure_ascii=False, default=str) + "\n"
+        self._episode = None
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        data = memoryview(line.encode("utf-8"))
+        while data:
+            data = data[os.write(self._fd, data):]
+        if self.fsync:
+            os.fsync(self._fd)
+        self.episodes_written += 1
+
+
+def _opd_dict(item: Any) -> Any:
+    """An OPD record as JSON-able data (records have `to_dict`; dicts pass through)."""
+    return item.to_dict() if hasattr(item, "to_dict") else item
