@@ -1,0 +1,96 @@
+"""A local transformers model as the agent: samples each turn and returns the exact ids.
+
+The returned `TokenText` carries the sampled token ids, their logprobs under the model's
+untempered distribution (log-softmax of the raw logits, which is what a same-model teacher
+reproduces) and the prompt ids, so the env's turns are token-exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opd_gym.actions import TokenText
+from opd_gym.opd.chat import render_ids
+from opd_gym.transcript import messages_for_template
+
+
+class TransformersPolicy:
+    """Samples from a causal LM (a path or a loaded model) with the chat template and tools."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        tokenizer: Any = None,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        device: str = "cpu",
+        dtype: str = "float32",
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if isinstance(model, str) or hasattr(model, "__fspath__"):
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
+            model = AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, dtype))
+        if tokenizer is None:
+            raise ValueError("pass the tokenizer along with a loaded model")
+        if temperature <= 0:
+            raise ValueError("temperature must be > 0 (use a small value for near-greedy)")
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.device = device
+        self._generator = torch.Generator(device=device).manual_seed(seed)
+        self._lock = threading.Lock()  # one policy may serve several rollout workers
+
+    def reset(self, observation: str, info: Mapping[str, Any]) -> None:
+        """Nothing to reset: each turn is sampled from the messages in `info`."""
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> TokenText:
+        return self.sample(info["messages"], info.get("tools"))
+
+    def sample(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+    ) -> TokenText:
+        """One assistant turn for `messages`, ending at the end-of-turn token or the cap."""
+        with self._lock:
+            return self._sample(messages, tools)
+
+    def _sample(self, messages, tools) -> TokenText:
+        import torch
+        from transformers import DynamicCache
+
+        prompt = render_ids(
+            self.tokenizer, messages_for_template(messages), tools, add_generation_prompt=True
+        )
+        eos = self.tokenizer.eos_token_id
+        cache = DynamicCache(config=self.model.config)
+        step_input = torch.tensor([prompt], device=self.device)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        with torch.no_grad():
+            for _ in range(self.max_new_tokens):
+                logits = self.model(input_ids=step_input, past_key_values=cache, use_cache=True)
+                logits = logits.logits[0, -1].float()
+                logp = torch.log_softmax(logits, dim=-1)
+                probs = torch.softmax(logits / self.temperature, dim=-1)
+                if self.top_p < 1.0:
+                    sorted_p, order = probs.sort(descending=True)
+                    keep = sorted_p.cumsum(0) - sorted_p < self.top_p
+                    probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+                token = int(torch.multinomial(probs, 1, generator=self._generator))
+                ids.append(token)
+                logprobs.append(float(logp[token]))
+                if token == eos:
+                    break
+                step_input = torch.tensor([[token]], device=self.device)
+        body = ids[:-1] if ids and ids[-1] == eos else ids
+        text = self.tokenizer.decode(body, skip_special_tokens=False)
+        return TokenText(text, token_ids=ids, logprobs=logprobs, prompt_ids=prompt)

@@ -1,0 +1,17 @@
+"""On-policy distillation: judges, teachers, the OPD record, and the OPDWrapper."""
+
+from opd_gym.opd.judges import JudgeInput, LLMJudge, RuleJudge, Verdict, make_judge
+from opd_gym.opd.metrics import OPDMetrics
+from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.wrapper import OPDWrapper
+
+__all__ = [
+    "JudgeInput",
+    "LLMJudge",
+    "OPDMetrics",
+    "OPDRecord",
+    "OPDWrapper",
+    "RuleJudge",
+    "Verdict",
+    "make_judge",
+]

@@ -1,0 +1,365 @@
+"""Hindsight judges: turn what followed an assistant turn into a short hint (or none).
+
+Three kinds are accepted wherever a judge is: `RuleJudge` (offline, deterministic),
+`LLMJudge` (any OpenAI-compatible chat endpoint, several votes from one request), and any
+callable `(turn, next_state) -> str | None`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+HINT_RE = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
+BOXED_RE = re.compile(r"\\boxed\{\s*([+-]?1)\s*\}")
+# Well-formed judge answers, for servers that can constrain sampling to a regex (vLLM:
+# LLMJudge(..., extra_body=structured_votes())); small or untuned judges need it.
+VOTE_REGEX = r"\\boxed\{-1\}|\\boxed\{1\} \[HINT_START\][^\[\]\\]{1,600}\[HINT_END\]"
+
+
+def structured_votes(regex: str = VOTE_REGEX) -> dict[str, Any]:
+    """`extra_body` that makes a vLLM server sample only answers matching `regex`."""
+    return {"structured_outputs": {"regex": regex}}
+
+
+@dataclass(frozen=True)
+class JudgeInput:
+    """What a judge sees of one assistant turn (the next state is passed beside it)."""
+
+    index: int
+    task: str
+    text: str
+    messages: Sequence[Mapping[str, Any]] = ()
+    tool_results: Sequence[Mapping[str, Any]] = ()
+    format_errors: Sequence[str] = ()
+    grade: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's decision: the hint (None = no hint), the raw votes, and any error."""
+
+    hint: str | None
+    votes: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    unparseable: int = 0
+
+
+class Judge(Protocol):
+    def __call__(self, turn: JudgeInput, next_state: str) -> Verdict | str | None: ...
+
+
+def as_verdict(result: Verdict | str | None) -> Verdict:
+    """Normalise what any judge returned (a plain callable may return a hint or None)."""
+    if isinstance(result, Verdict):
+        return result
+    if result is None or (isinstance(result, str) and not result.strip()):
+        return Verdict(hint=None)
+    if isinstance(result, str):
+        return Verdict(hint=result.strip())
+    raise TypeError(f"a judge must return a hint string, None or a Verdict, not {type(result)}")
+
+
+# -- votes ---------------------------------------------------------------------------------
+def parse_vote(text: str) -> dict[str, Any]:
+    """One judge sample -> {"score": 1 | -1 | None, "hint": str | None, "raw": text}.
+
+    The last `\\boxed{...}` wins (models often restate the format first); a +1 without a
+    non-empty `[HINT_START]...[HINT_END]` block is unparseable, since it promises a hint.
+    """
+    boxes = BOXED_RE.findall(text or "")
+    score = int(boxes[-1]) if boxes else None
+    hints = [h.strip() for h in HINT_RE.findall(text or "") if h.strip()]
+    hint = hints[-1] if hints else None
+    if score == 1 and hint is None:
+        score = None
+    return {"score": score, "hint": hint if score == 1 else None, "raw": text}
+
+
+VoteRule = Literal["majority", "any", "unanimous"]
+HintChoice = Literal["longest", "shortest", "first"]
+
+
+def decide(
+    votes: Sequence[dict[str, Any]], rule: VoteRule = "majority", choice: HintChoice = "longest"
+) -> str | None:
+    """Apply the vote rule to parsed votes and pick the hint among the agreeing ones.
+
+    - `majority` (default): more +1 than -1 votes among the parseable ones;
+    - `any`: at least one +1 (hermes-agent's behaviour);
+    - `unanimous`: every parseable vote is +1.
+    Unparseable votes never count for either side. Among +1 votes the hint is the longest
+    (OpenClaw's choice), the shortest, or the first, as `choice` says.
+    """
+    positive = [v for v in votes if v["score"] == 1]
+    negative = [v for v in votes if v["score"] == -1]
+    accepted = {
+        "majority": len(positive) > len(negative),
+        "any": bool(positive),
+        "unanimous": bool(positive) and not negative,
+    }
+    if rule not in accepted:
+        raise ValueError(f"unknown vote rule {rule!r}: use majority, any or unanimous")
+    if not accepted[rule]:
+        return None
+    hints = [v["hint"] for v in positive]
+    if choice == "longest":
+        return max(hints, key=len)
+    if choice == "shortest":
+        return min(hints, key=len)
+    if choice == "first":
+        return hints[0]
+    raise ValueError(f"unknown hint choice {choice!r}: use longest, shortest or first")
+
+
+# -- the LLM judge ---------------------------------------------------------------------------
+JUDGE_SYSTEM = (
+    "You review one step of a coding assistant with the benefit of hindsight. You see the "
+    "task, the assistant's message (including its tool calls) and what happened next: tool "
+    "output, errors, or the final test verdict. Decide whether what happened next reveals "
+    "something the assistant should have done differently in that message."
+)
+
+JUDGE_INSTRUCTIONS = """Answer in this exact form.
+If the next state shows a mistake or a clearly better action, write \\boxed{1} and then a
+hint of one to three sentences between [HINT_START] and [HINT_END], addressed to the
+assistant, saying what to do instead at that step.
+If the step was fine or nothing useful can be learned, write \\boxed{-1} and nothing else.
+The hint must only use what the assistant could have known or found out at that step (the
+task, its files, the output of its own commands); never reveal hidden test code, expected
+values or anything else the assistant could not have seen."""
+
+
+def judge_messages(turn: JudgeInput, next_state: str) -> list[dict[str, str]]:
+    """The chat request for one turn (OpenClaw's prompt design, our wording)."""
+    user = (
+        f"## Task\n{turn.task}\n\n## Assistant message (step {turn.index + 1})\n{turn.text}\n\n"
+        f"## What happened next\n{next_state or '(nothing)'}\n\n{JUDGE_INSTRUCTIONS}"
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+class LLMJudge:
+    """Asks an OpenAI-compatible chat endpoint for `votes` samples in ONE request (`n`).
+
+    Timeouts, connection errors and 5xx answers are retried with exponential backoff; if all
+    attempts fail the verdict carries `error` and no hint. Unparseable samples are counted in
+    `Verdict.unparseable`, never raised.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        votes: int = 3,
+        temperature: float = 0.7,
+        seed: int | None = 0,
+        max_tokens: int = 256,
+        rule: VoteRule = "majority",
+        hint_choice: HintChoice = "longest",
+        timeout: float = 60.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError as exc:
+            raise ImportError("LLMJudge needs httpx: pip install 'opd_gym[llm]'") from exc
+        if votes < 1:
+            raise ValueError("votes must be >= 1")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.votes = votes
+        self.temperature = temperature
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.rule = rule
+        self.hint_choice = hint_choice
+        self.retries = retries
+        self.backoff = backoff
+        self.extra_body = dict(extra_body or {})
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
+
+    def _model(self) -> str:
+        if self.model is None:
+            listed = self._http.get("/models")
+            listed.raise_for_status()
+            self.model = listed.json()["data"][0]["id"]
+        return self.model
+
+    def _complete(self, messages: list[dict[str, str]]) -> list[str]:
+        import httpx
+
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                payload = {
+                    "model": self._model(),
+                    "messages": messages,
+                    "n": self.votes,
+                    "temperature": self.temperature,
+                    "max_tokens": self.max_tokens,
+                    **({"seed": self.seed} if self.seed is not None else {}),
+                    **self.extra_body,
+                }
+                response = self._http.post("/chat/completions", json=payload)
+                if response.status_code >= 500:
+                    raise httpx.HTTPStatusError(
+                        f"server error {response.status_code}",
+                        request=response.request,
+                        response=response,
+                    )
+                response.raise_for_status()
+                choices = response.json()["choices"]
+                return [(c.get("message") or {}).get("content") or "" for c in choices]
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                last = exc
+                if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
+                    break  # a 4xx will not get better by asking again
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                last = ValueError(f"malformed response: {exc}")
+                break
+        raise JudgeUnavailable(f"judge at {self.base_url} failed: {type(last).__name__}: {last}")
+
+    def __call__(self, turn: JudgeInput, next_state: str) -> Verdict:
+        try:
+            samples = self._complete(judge_messages(turn, next_state))
+        except JudgeUnavailable as exc:
+            return Verdict(hint=None, error=str(exc))
+        votes = [parse_vote(s) for s in samples]
+        return Verdict(
+            hint=decide(votes, self.rule, self.hint_choice),
+            votes=votes,
+            unparseable=sum(v["score"] is None for v in votes),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class JudgeUnavailable(RuntimeError):
+    """The judge endpoint could not be reached or answered nonsense after retries."""
+
+
+# -- the rule judge ----------------------------------------------------------------------------
+TRACEBACK_RE = re.compile(r"^(\w+(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$", re.MULTILINE)
+LOCATION_RE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _error_in(output: str) -> str | None:
+    """The last 'SomeError: message' of a Python traceback, with its location if shown."""
+    matches = TRACEBACK_RE.findall(output)
+    if not matches:
+        return None
+    kind, message = matches[-1]
+    where = LOCATION_RE.findall(output)
+    place = ""
+    if where:
+        path, line = where[-1]
+        place = f" at {path.rsplit('/', 1)[-1]} line {line}"
+    return f"{kind}{': ' + message.strip() if message else ''}{place}"
+
+
+class RuleJudge:
+    """Offline, deterministic hints from format errors, timeouts, tracebacks, failing
+    assertions, non-zero exit codes and the final test verdict; no hint when all went well."""
+
+    def __call__(self, turn: JudgeInput, next_state: str) -> Verdict:
+        hints: list[str] = []
+        if turn.format_errors:
+            hints.append(
+                f"Your message had no valid tool call ({_first_line(turn.format_errors[0])}); "
+                'emit <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
+            )
+        for result in turn.tool_results:
+            hint = self._tool_hint(result)
+            if hint:
+                hints.append(hint)
+        if turn.grade is not None:
+            hint = self._grade_hint(turn.grade)
+            if hint:
+                hints.append(hint)
+        hint = " ".join(hints[:3]) or None
+        return Verdict(hint=hint, votes=[{"score": 1 if hint else -1, "hint": hint, "raw": "rule"}])
+
+    @staticmethod
+    def _tool_hint(result: Mapping[str, Any]) -> str | None:
+        name = result.get("name", "tool")
+        output = str(result.get("output") or result.get("content") or "")
+        if result.get("error"):
+            return f"The {name} call failed: {_first_line(str(result['error']))}."
+        if result.get("timed_out"):
+            return (
+                f"The {name} command timed out; avoid long-running or interactive commands "
+                "(or give them a smaller input)."
+            )
+        exit_code = result.get("exit_code")
+        if exit_code in (None, 0):
+            return None
+        error = _error_in(output)
+        if "AssertionError" in output or re.search(r"\bFAILED\b", output):
+            failed = re.findall(r"FAILED (\S+)", output)
+            names = f" ({', '.join(failed[:3])})" if failed else ""
+            detail = f" with {error}" if error else ""
+            return f"Tests failed{names}{detail}; fix the code they exercise before submitting."
+        if error:
+            return f"The command failed with {error}; fix that before going on."
+        first = _first_line(output) or "no output"
+        return f"The {name} command exited with code {exit_code}: {first}."
+
+    @staticmethod
+    def _grade_hint(grade: Mapping[str, Any]) -> str | None:
+        total, passed = int(grade.get("total", 0)), int(grade.get("passed", 0))
+        if grade.get("timed_out"):
+            return "The hidden tests timed out: the solution is too slow or waits for input."
+        if total == 0:
+            return (
+                "No hidden test could run against the submission: check the required file "
+                "and function names."
+            )
+        if passed == total:
+            return None
+        failing = [t["name"] for t in grade.get("tests", []) if t.get("outcome") != "passed"][:3]
+        return (
+            f"{total - passed} of {total} hidden tests failed"
+            + (f" ({', '.join(failing)})" if failing else "")
+            + "; test edge cases yourself before submitting."
+        )
+
+
+# -- construction from specs ------------------------------------------------------------------
+def make_judge(spec: Any) -> Callable[[JudgeInput, str], Verdict | str | None] | None:
+    """A judge from a spec: None, "rule", "openai:URL", {"type": "openai", ...} or a callable."""
+    if spec is None or spec == "none":
+        return None
+    if callable(spec):
+        return spec
+    if spec == "rule":
+        return RuleJudge()
+    if isinstance(spec, str) and spec.split(":", 1)[0] in {"openai", "vllm"}:
+        return LLMJudge(spec.split(":", 1)[1])
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        kind = options.pop("type", "openai")
+        if kind == "rule":
+            return RuleJudge()
+        if kind in {"openai", "vllm"}:
+            return LLMJudge(options.pop("url"), **options)
+    raise ValueError(
+        f"unknown judge spec {spec!r}: use 'rule', 'openai:http://host:port/v1', a dict "
+        "{'type': 'openai', 'url': ...} or a callable (turn, next_state) -> hint"
+    )

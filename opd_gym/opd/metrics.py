@@ -1,0 +1,106 @@
+"""OPD metrics per episode and cumulative, under hermes-agent's names plus our own.
+
+- `opd/hint_rate`: share of scored turns that got a hint;
+- `opd/mean_hints_per_rollout`, `opd/mean_turns_scored`: hermes-agent's names;
+- `opd/unscored/<reason>`: turns left without teacher signal, by reason;
+- `opd/mean_teacher_minus_student`: mean of teacher - student logprob over positions with both;
+- `opd/top1_mismatch`: share of scored positions where the teacher's top-1 is not the sampled token;
+- `opd/kl_estimate`: mean of student - teacher logprob of the sampled tokens, the Monte-Carlo
+  estimate of KL(student || teacher) on the student's own samples (needs student logprobs);
+- `opd/topk_mass`: mean teacher probability mass inside its top-K (how much K misses).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from opd_gym.opd.record import OPDRecord
+
+
+def _reason(error: str) -> str:
+    """A short, stable metric key for an error message (its first words)."""
+    head = error.split(":", 1)[0].strip().lower()
+    return "_".join(head.split()[:4]) or "unknown"
+
+
+@dataclass
+class OPDMetrics:
+    """Accumulates records; `episode(records)` returns that episode's metrics and adds them up."""
+
+    episodes: int = 0
+    turns: int = 0
+    scored: int = 0
+    hints: int = 0
+    unscored: Counter = field(default_factory=Counter)
+    positions: int = 0
+    top1_mismatch: int = 0
+    delta_sum: float = 0.0
+    delta_n: int = 0
+    mass_sum: float = 0.0
+
+    def episode(self, records: Iterable[OPDRecord]) -> dict[str, float]:
+        part = OPDMetrics()
+        for record in records:
+            part._add(record)
+        part.episodes = 1
+        self._merge(part)
+        return part.summary()
+
+    def _add(self, record: OPDRecord) -> None:
+        self.turns += 1
+        if not record.scored:
+            self.unscored[_reason(record.error or "unknown")] += 1
+            return
+        self.scored += 1
+        self.hints += bool(record.hint)
+        on = record.mask
+        self.positions += int(on.sum())
+        self.top1_mismatch += int((record.teacher_topk_ids[on, 0] != record.token_ids[on]).sum())
+        self.mass_sum += float(np.exp(record.teacher_topk_logprobs[on].astype(np.float64)).sum())
+        if record.student_logprobs is not None:
+            both = on & np.isfinite(record.student_logprobs)
+            delta = record.teacher_token_logprobs[both] - record.student_logprobs[both]
+            self.delta_sum += float(delta.astype(np.float64).sum())
+            self.delta_n += int(both.sum())
+
+    def _merge(self, other: OPDMetrics) -> None:
+        for name in (
+            "episodes",
+            "turns",
+            "scored",
+            "hints",
+            "positions",
+            "top1_mismatch",
+            "delta_sum",
+            "delta_n",
+            "mass_sum",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.unscored.update(other.unscored)
+
+    def summary(self) -> dict[str, float]:
+        """The metrics dict (cumulative over every episode added so far)."""
+        episodes = max(self.episodes, 1)
+        nan = float("nan")
+        out = {
+            "opd/episodes": float(self.episodes),
+            "opd/turns": float(self.turns),
+            "opd/turns_scored": float(self.scored),
+            "opd/mean_turns_scored": self.scored / episodes,
+            "opd/mean_hints_per_rollout": self.hints / episodes,
+            "opd/hint_rate": self.hints / self.scored if self.scored else 0.0,
+            "opd/tokens_scored": float(self.positions),
+            "opd/top1_mismatch": self.top1_mismatch / self.positions if self.positions else nan,
+            "opd/topk_mass": self.mass_sum / self.positions if self.positions else nan,
+            "opd/mean_teacher_minus_student": self.delta_sum / self.delta_n
+            if self.delta_n
+            else nan,
+            "opd/kl_estimate": -self.delta_sum / self.delta_n if self.delta_n else nan,
+        }
+        for reason, count in sorted(self.unscored.items()):
+            out[f"opd/unscored/{reason}"] = float(count)
+        return out

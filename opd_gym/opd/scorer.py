@@ -1,0 +1,227 @@
+"""Turn samples -> OPD records: judge every turn (concurrently), build token-exact teacher
+inputs with the hints, score them with the teacher, and never lose a turn on failure.
+
+Hint scopes:
+- `turn` (OpenClaw semantics): turn t is scored on the context it saw plus its own hint only,
+  one teacher request per turn (a KV-reusing teacher pays about hint + response per turn);
+- `episode`: every turn's hint is inserted in place before that turn and all turns are scored
+  in ONE teacher pass over the whole trajectory, so cost grows with total tokens, and later
+  turns also see earlier turns' hints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opd_gym.opd.chat import (
+    PLACEMENTS,
+    EpisodeTurn,
+    build_episode_ids,
+    build_teacher_ids,
+    make_hint_message,
+)
+from opd_gym.opd.judges import Verdict, as_verdict
+from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.teachers.base import ScoreRequest, Teacher
+from opd_gym.opd.turns import TurnSample
+
+Scope = Literal["turn", "episode"]
+SCOPES = ("turn", "episode")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A turn sample with its verdict and the exact student ids the teacher will score."""
+
+    sample: TurnSample
+    verdict: Verdict
+    student_ids: tuple[int, ...]
+    retokenized: bool
+    judge_seconds: float
+
+
+class Scorer:
+    """Judges and scores turn samples with one teacher; thread-safe for concurrent episodes."""
+
+    def __init__(
+        self,
+        teacher: Teacher,
+        judge: Callable[..., Any] | None,
+        *,
+        topk: int = 50,
+        scope: Scope = "turn",
+        placement: str = "before_turn",
+        score_without_hint: bool = True,
+        judge_workers: int = 4,
+    ) -> None:
+        if scope not in SCOPES:
+            raise ValueError(f"hint scope must be one of {SCOPES}, got {scope!r}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"hint placement must be one of {PLACEMENTS}, got {placement!r}")
+        if scope == "episode" and placement != "before_turn":
+            raise ValueError(
+                "the episode hint scope places each hint before its turn; "
+                "use placement='before_turn'"
+            )
+        self.teacher = teacher
+        self.judge = judge
+        self.topk = topk
+        self.scope = scope
+        self.placement = placement
+        self.score_without_hint = score_without_hint
+        self._judges = ThreadPoolExecutor(max(judge_workers, 1), thread_name_prefix="opd-judge")
+
+    # -- judging -------------------------------------------------------------------------------
+    def _student_ids(self, sample: TurnSample) -> tuple[tuple[int, ...], bool]:
+        """The sampled ids, or (marked retokenized) the text encoded plus end-of-turn."""
+        if sample.token_ids is not None:
+            return sample.token_ids, False
+        tok = self.teacher.tokenizer
+        ids = list(tok.encode(sample.text, add_special_tokens=False))
+        if tok.eos_token_id is not None:
+            ids.append(int(tok.eos_token_id))
+        return tuple(ids), True
+
+    def judge_one(self, sample: TurnSample) -> Judged:
+        started = time.perf_counter()
+        if self.judge is None:
+            verdict = Verdict(hint=None)
+        else:
+            try:
+                verdict = as_verdict(self.judge(sample.judge_input, sample.next_state))
+            except Exception as exc:  # a user's judge must not take the episode down
+                verdict = Verdict(hint=None, error=f"judge raised {type(exc).__name__}: {exc}")
+        ids, retok = self._student_ids(sample)
+        return Judged(sample, verdict, ids, retok, time.perf_counter() - started)
+
+    def judge_async(self, sample: TurnSample):
+        """Start judging `sample` in the background (returns a Future of Judged)."""
+        return self._judges.submit(self.judge_one, sample)
+
+    def judge_all(self, samples: Sequence[TurnSample]) -> list[Judged]:
+        return list(self._judges.map(self.judge_one, samples))
+
+    # -- scoring -------------------------------------------------------------------------------
+    def _unscored(self, judged: Judged, error: str) -> OPDRecord:
+        return OPDRecord.unscored(
+            judged.student_ids,
+            error,
+            topk=self.topk,
+            student_logprobs=self._student_logprobs(judged),
+            hint=judged.verdict.hint,
+            votes=judged.verdict.votes,
+            turn_index=judged.sample.index,
+            retokenized=judged.retokenized,
+            timing={"judge_s": judged.judge_seconds},
+            scope=self.scope,
+        )
+
+    @staticmethod
+    def _student_logprobs(judged: Judged) -> Any:
+        lp = judged.sample.logprobs
+        if lp is None or judged.retokenized or len(lp) != len(judged.student_ids):
+            return None
+        return lp
+
+    def _skip_reason(self, judged: Judged) -> str | None:
+        if judged.verdict.error:
+            return f"judge error: {judged.verdict.error}"
+        if not judged.student_ids:
+            return "empty turn: no tokens to score"
+        if judged.verdict.hint is None and not self.score_without_hint:
+            return "no hint: the judge found nothing to teach"
+        return None
+
+    def _hint_message(self, judged: Judged) -> dict[str, str] | None:
+        hint = judged.verdict.hint
+        return make_hint_message(hint) if hint else None
+
+    def _request(self, judged: Judged) -> ScoreRequest:
+        sample = judged.sample
+        ids, span = build_teacher_ids(
+            self.teacher.tokenizer,
+            sample.context,
+            sample.tools,
+            self._hint_message(judged),
+            judged.student_ids,
+            placement=self.placement,
+            context_ids=sample.prompt_ids,
+        )
+        return ScoreRequest(ids, [span])
+
+    def score(self, judged: Sequence[Judged]) -> list[OPDRecord]:
+        """Records for judged turns, in order; failures become unscored records with `error`."""
+        records: list[OPDRecord | None] = [None] * len(judged)
+        todo: list[int] = []
+        for i, item in enumerate(judged):
+            reason = self._skip_reason(item)
+            if reason:
+                records[i] = self._unscored(item, reason)
+            else:
+                todo.append(i)
+        if self.scope == "episode" and todo:
+            # One pass needs every turn in the sequence, so skipped turns are still included.
+            self._score_episode(judged, todo, records)
+        elif todo:
+            self._score_turns(judged, todo, records)
+        return [r for r in records if r is not None]
+
+    def _score_turns(self, judged, todo, records) -> None:
+        requests: dict[int, ScoreRequest] = {}
+        for i in todo:
+            try:
+                requests[i] = self._request(judged[i])
+            except Exception as exc:
+                records[i] = self._unscored(judged[i], f"teacher input: {exc}")
+        order = list(requests)
+        started = time.perf_counter()
+        try:
+            results = self.teacher.score([requests[i] for i in order], self.topk)
+        except Exception as exc:
+            for i in order:
+                records[i] = self._unscored(
+                    judged[i], f"teacher error: {type(exc).__name__}: {exc}"
+                )
+            return
+        spent = (time.perf_counter() - started) / max(len(order), 1)
+        for i, spans in zip(order, results, strict=True):
+            records[i] = self._record(judged[i], spans[0], spent)
+
+    def _score_episode(self, judged, todo, records) -> None:
+        turns = [
+            EpisodeTurn(item.sample.context, item.student_ids, self._hint_message(item))
+            for item in judged
+        ]
+        started = time.perf_counter()
+        try:
+            ids, spans = build_episode_ids(self.teacher.tokenizer, turns, judged[0].sample.tools)
+            results = self.teacher.score([ScoreRequest(ids, spans)], self.topk)[0]
+        except Exception as exc:
+            for i in todo:
+                records[i] = self._unscored(
+                    judged[i], f"teacher error: {type(exc).__name__}: {exc}"
+                )
+            return
+        spent = (time.perf_counter() - started) / max(len(todo), 1)
+        for i in todo:
+            records[i] = self._record(judged[i], results[i], spent)
+
+    def _record(self, judged: Judged, scores: Any, teacher_seconds: float) -> OPDRecord:
+        return OPDRecord.from_scores(
+            judged.student_ids,
+            scores,
+            student_logprobs=self._student_logprobs(judged),
+            hint=judged.verdict.hint,
+            votes=judged.verdict.votes,
+            turn_index=judged.sample.index,
+            retokenized=judged.retokenized,
+            timing={"judge_s": judged.judge_seconds, "teacher_s": teacher_seconds},
+            scope=self.scope,
+        )
+
+    def close(self) -> None:
+        self._judges.shutdown(wait=True)

@@ -1,0 +1,195 @@
+"""OPDWrapper on a real CodingEnv (local sandbox backend) with the tiny model as teacher."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import opd_gym  # noqa: F401  (registers the env)
+from opd_gym.agents.hf import TransformersPolicy
+from opd_gym.opd.judges import LLMJudge, RuleJudge
+from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.teachers import TransformersTeacher
+from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.tools.parsing import format_tool_call
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_model, tiny_tokenizer):
+    return TransformersTeacher(tiny_model, tokenizer=tiny_tokenizer)
+
+
+def make_env(**kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gym.make(
+            "opd_gym/Coding-v0",
+            tasks=["fizzbuzz"],
+            sandbox="local",
+            pool_size=1,
+            max_turns=kwargs.pop("max_turns", 6),
+            **kwargs,
+        )
+
+
+SCRIPT = [
+    format_tool_call("terminal", {"command": "python3 -c 'import solution'"}),  # fails
+    format_tool_call(
+        "write_file", {"path": "solution.py", "content": "def fizzbuzz(n):\n    return []\n"}
+    ),
+    format_tool_call(
+        "terminal", {"command": "python3 -c 'import solution; print(solution.fizzbuzz(3))'"}
+    ),
+    format_tool_call("submit"),
+]
+
+
+def run(env, actions, **reset):
+    obs, info = env.reset(seed=0, **reset)
+    infos = []
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        infos.append(info)
+        if terminated or truncated:
+            break
+    return infos
+
+
+def test_alignment_control_empty_hint_same_model(tiny_model, tiny_tokenizer, teacher):
+    """No judge (no hint), teacher = student: teacher logprobs equal the student's own."""
+    policy = TransformersPolicy(tiny_model, tokenizer=tiny_tokenizer, max_new_tokens=40, seed=3)
+    env = OPDWrapper(make_env(max_turns=3), teacher=teacher, judge=None, topk=5)
+    obs, info = env.reset(seed=0)
+    records = []
+    for _ in range(3):
+        action = policy.act(obs, info)
+        obs, _, terminated, truncated, info = env.step(action)
+        record = info["opd"]
+        assert isinstance(record, OPDRecord) and not record.retokenized
+        assert record.token_ids.tolist() == action.token_ids
+        records.append(record)
+        if terminated or truncated:
+            break
+    env.close()
+    for record in records:
+        assert record.mask.all() and record.hint is None
+        np.testing.assert_allclose(
+            record.teacher_token_logprobs, record.student_logprobs, atol=1e-5, rtol=0
+        )
+
+
+def test_every_turn_scored_including_pure_tool_calls(teacher):
+    env = OPDWrapper(make_env(), teacher=teacher, judge="rule", topk=8)
+    infos = run(env, SCRIPT)
+    env.close()
+    records = [i["opd"] for i in infos]
+    assert [r.turn_index for r in records] == [0, 1, 2, 3]
+    for record in records:
+        assert record.scored and record.mask.all() and record.retokenized
+        assert record.token_ids[-1] == teacher.tokenizer.eos_token_id  # end-of-turn scored
+        assert record.teacher_topk_ids.shape == (record.num_tokens, 8)
+    assert "ModuleNotFoundError" in records[0].hint or "exited" in records[0].hint
+    assert records[1].hint is None  # writing a file went fine
+    assert "hidden tests failed" in records[3].hint  # the submit turn saw the verdict
+    metrics = infos[-1]["opd_metrics"]
+    assert metrics["opd/turns_scored"] == 4 and metrics["opd/mean_hints_per_rollout"] >= 2
+
+
+def test_hint_changes_teacher_logprobs_and_placement_options(teacher):
+    hint = "Write solution.py first."
+    judge = lambda turn, state: hint  # noqa: E731
+    plain = run(OPDWrapper(make_env(), teacher=teacher, judge=None, topk=4), SCRIPT[:1])[0]["opd"]
+    before = run(OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4), SCRIPT[:1])[0]["opd"]
+    in_task = run(
+        OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4, hint_placement="task_message"),
+        SCRIPT[:1],
+    )[0]["opd"]
+    assert before.hint == hint and in_task.hint == hint
+    assert np.abs(before.teacher_token_logprobs - plain.teacher_token_logprobs).max() > 1e-4
+    assert np.abs(in_task.teacher_token_logprobs - before.teacher_token_logprobs).max() > 1e-4
+
+
+def test_episode_scope_matches_turn_scope_without_hints(teacher):
+    turn_env = OPDWrapper(make_env(), teacher=teacher, judge=None, topk=5, delivery="per_episode")
+    episode_env = OPDWrapper(
+        make_env(),
+        teacher=teacher,
+        judge=None,
+        topk=5,
+        delivery="per_episode",
+        hint_scope="episode",
+    )
+    by_turn = run(turn_env, SCRIPT)[-1]["opd"]
+    by_episode = run(episode_env, SCRIPT)[-1]["opd"]
+    assert len(by_turn) == len(by_episode) == 4
+    for a, b in zip(by_turn, by_episode, strict=True):
+        assert b.scope == "episode" and a.scope == "turn"
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        np.testing.assert_allclose(a.teacher_token_logprobs, b.teacher_token_logprobs, atol=1e-4)
+
+
+def test_per_episode_and_async_delivery_keep_every_turn(teacher):
+    env = OPDWrapper(
+        make_env(),
+        teacher=teacher,
+        judge="rule",
+        topk=4,
+        delivery="per_episode",
+        async_scoring=True,
+    )
+    infos = run(env, SCRIPT)
+    assert all("opd" not in i for i in infos[:-1])
+    assert [r.turn_index for r in infos[-1]["opd"]] == [0, 1, 2, 3]
+    env.close()
+    env = OPDWrapper(make_env(), teacher=teacher, judge="rule", topk=4, async_scoring=True)
+    infos = run(env, SCRIPT)
+    env.close()
+    delivered = [r.turn_index for i in infos for r in i["opd"]]
+    assert delivered == [0, 1, 2, 3]  # in order, none lost, the last step waited for the rest
+
+
+def test_judge_failures_leave_turns_unscored_with_error(teacher):
+    def broken(turn, state):
+        raise RuntimeError("judge crashed")
+
+    infos = run(OPDWrapper(make_env(), teacher=teacher, judge=broken, topk=4), SCRIPT)
+    assert all(not i["opd"].scored and "judge crashed" in i["opd"].error for i in infos)
+    assert infos[-1]["opd_metrics"]["opd/turns_scored"] == 0
+    assert np.isnan(infos[0]["opd"].teacher_token_logprobs).all()  # never 0.0 fillers
+    down = LLMJudge("http://127.0.0.1:9/v1", model="m", retries=0, timeout=2)
+    infos = run(OPDWrapper(make_env(), teacher=teacher, judge=down, topk=4), SCRIPT[:2])
+    assert all("judge error" in i["opd"].error for i in infos)
+
+
+def test_tokenizer_mismatch_is_refused(teacher, tmp_path):
+    from opd_gym.models import build_tiny_model
+
+    other = build_tiny_model(tmp_path / "other", seed=0, vocab_size=1024)
+    env = OPDWrapper(make_env(), teacher=teacher, judge=None, student_tokenizer=str(other))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        env.step(SCRIPT[0])
+    env.close()
+
+
+def test_disabled_wrapper_is_a_pass_through(teacher):
+    infos = run(OPDWrapper(make_env(), teacher=teacher, enabled=False), SCRIPT[:2])
+    assert all("opd" not in i for i in infos)
+
+
+def test_spec_records_json_able_arguments(tiny_model_path):
+    env = OPDWrapper(make_env(), teacher=f"hf:{tiny_model_path}", judge="rule", topk=3)
+    spec = env.spec
+    assert spec.additional_wrappers[-1].kwargs["teacher"] == f"hf:{tiny_model_path}"
+    again = spec.make()
+    assert isinstance(again, OPDWrapper)
+    infos = run(again, SCRIPT[:1])
+    assert infos[0]["opd"].topk == 3 and isinstance(infos[0]["opd"].hint, str)
+    again.close()
+    env.close()
+    assert isinstance(RuleJudge(), RuleJudge)
