@@ -1,12 +1,14 @@
-"""The `opd-gym` command line: sandbox management (build, doctor, prune)."""
+"""The `opd-gym` command line: rollout, tasks, view, export, and sandbox management."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from opd_gym.sandboxes import SandboxError, sandbox_factory
 
@@ -99,11 +101,256 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+DEMO_NOTE = (
+    "pipeline demo: scripted policy with planted mistakes, rule judge, and a tiny randomly "
+    "initialised model built locally as teacher (its logprobs are not from a trained model)"
+)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from opd_gym.agents.policies import make_agent_factory
+    from opd_gym.env import resolve_tasks
+    from opd_gym.loggers import make_logger
+    from opd_gym.rollout import RolloutConfig, run_rollout
+    from opd_gym.sandboxes import resolve_backend
+
+    tasks = _load_tasks(args.tasks)
+    if args.task_ids:
+        known = {t.id for t in tasks}
+        unknown = sorted(set(args.task_ids) - known)
+        if unknown:
+            raise UserError(f"unknown task id(s) {', '.join(unknown)}: see `opd-gym tasks list`")
+    backend = resolve_backend(args.sandbox)
+    if args.sandbox == "auto" and backend != "docker":
+        print(
+            f"notice: no Docker engine with the sandbox image here; using the {backend} "
+            "backend" + (" (NO isolation)" if backend == "local" else ""),
+            file=sys.stderr,
+        )
+    demo = args.policy == "demo" and args.teacher == "tiny" and args.judge == "rule"
+    if demo:
+        print(f"opd-gym rollout: {DEMO_NOTE}", file=sys.stderr)
+    out = Path(args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    config = RolloutConfig(
+        out_dir=str(out),
+        episodes=args.episodes,
+        tasks=args.tasks,
+        task_ids=args.task_ids,
+        sandbox=backend,
+        parallel=args.parallel,
+        seed=args.seed,
+        max_turns=args.max_turns,
+        resume=args.resume,
+        opd=not args.no_opd,
+        opd_options={
+            "topk": args.topk,
+            "votes": args.votes,
+            "hint_scope": args.hint_scope,
+            "delivery": "per_episode" if args.hint_scope == "episode" else "per_step",
+        },
+    )
+    make_agent = make_agent_factory(args.policy, resolve_tasks(args.tasks))
+    out.mkdir(parents=True, exist_ok=True)
+    logger = make_logger(args.log, out, vars(args)) if args.log else None
+    (out / "config.json").write_text(json.dumps({**vars(args), "func": None}, indent=2))
+
+    def log(row, metrics):
+        if logger is not None:
+            logger.log(metrics, step=int(metrics["train/episodes"]))
+
+    try:
+        summary = run_rollout(
+            config,
+            make_agent,
+            teacher=args.teacher,
+            judge=args.judge,
+            on_episode=log,
+            progress=not args.quiet,
+        )
+    finally:
+        if logger is not None:
+            logger.close()
+    print(summary.table())
+    for failure in summary.failures[:5]:
+        print(f"  {failure}", file=sys.stderr)
+    written = [out / "trajectories.jsonl", out / "summary.json"]
+    if not args.no_report:
+        from opd_gym.viewer import load_tokenizer, write_report
+
+        tokenizer = (
+            load_tokenizer(args.teacher)
+            if args.teacher == "tiny" or args.teacher.startswith("hf:")
+            else None
+        )
+        written.append(write_report(out, tokenizer=tokenizer))
+    if logger is not None and args.log == "jsonl":
+        written.append(out / "metrics.jsonl")
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 1 if summary.failures and not summary.episodes else 0
+
+
+def _load_tasks(spec: str):
+    from opd_gym.tasks import load_tasks
+
+    try:
+        return load_tasks(spec)
+    except FileNotFoundError as exc:
+        raise UserError(
+            f"no task source {spec!r}: give a suite name, task file or folder ({exc})"
+        ) from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    tasks = _load_tasks(args.tasks if args.tasks_command != "validate" else args.path)
+    if args.tasks_command == "list":
+        width = max(len(t.id) for t in tasks)
+        for task in tasks:
+            first = task.prompt.strip().splitlines()[0][:80]
+            print(f"{task.id:<{width}}  {task.difficulty:<6}  {first}")
+        print(f"{len(tasks)} tasks")
+        return 0
+    if args.tasks_command == "show":
+        task = next((t for t in tasks if t.id == args.id), None)
+        if task is None:
+            raise UserError(f"no task {args.id!r}: see `opd-gym tasks list`")
+        print(f"# {task.id} ({task.difficulty}; {', '.join(task.tags) or 'no tags'})\n")
+        print(task.prompt.strip() + "\n")
+        for label, files in (
+            ("starter", task.files),
+            ("hidden tests", task.tests),
+            ("reference", task.solution),
+        ):
+            print(f"{label}: {', '.join(sorted(files)) or '(none)'}")
+        return 0
+    return _validate(tasks, args.sandbox)
+
+
+def _validate(tasks, sandbox: str) -> int:
+    """Grade every reference solution (must pass) and untouched starter (must not)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opd_gym.grading import Grader
+    from opd_gym.sandboxes import make_pool
+
+    bad = 0
+    with make_pool(sandbox, size=2) as pool:
+        grader = Grader(pool)
+
+        def check(task):
+            ref = grader.grade(task, _encoded({**task.files, **task.solution}))
+            start = grader.grade(task, _encoded(task.files))
+            return task, ref, start
+
+        with ThreadPoolExecutor(2) as ex:
+            for task, ref, start in ex.map(check, tasks):
+                ok = ref.score == 1.0 and start.score < 1.0
+                bad += not ok
+                print(
+                    f"{'ok ' if ok else 'BAD'}  {task.id:<28} reference {ref.passed}/"
+                    f"{ref.total}  starter {start.passed}/{start.total}"
+                )
+    print(f"{len(tasks) - bad}/{len(tasks)} tasks valid")
+    return 1 if bad else 0
+
+
+def _encoded(files) -> dict[str, bytes]:
+    return {path: text.encode() for path, text in files.items()}
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from opd_gym.viewer import load_tokenizer, write_report
+
+    if not Path(args.run_dir).exists():
+        raise UserError(f"no run directory {args.run_dir!r}")
+    path = write_report(args.run_dir, tokenizer=load_tokenizer(args.tokenizer))
+    print(f"wrote {path}")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from opd_gym.exports import export_run
+    from opd_gym.viewer import load_tokenizer
+
+    if not Path(args.run_dir).exists():
+        raise UserError(f"no run directory {args.run_dir!r}")
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    path = export_run(args.run_dir, args.to, args.out, tokenizer=tokenizer)
+    print(f"wrote {path}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (plus where to look) instead of usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opd-gym", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="opd-gym", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    roll = sub.add_parser("rollout", help="play episodes and write OPD-scored trajectories")
+    roll.add_argument("--episodes", type=int, default=8)
+    roll.add_argument("--tasks", default="coding", help="suite name, task file or folder")
+    roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
+    roll.add_argument(
+        "--policy",
+        default="demo",
+        help="demo | reference | replay:FILE | hf:PATH | openai:URL | vllm:URL",
+    )
+    roll.add_argument(
+        "--teacher", default="tiny", help="tiny | hf:PATH | vllm:URL | vllm-engine:PATH"
+    )
+    roll.add_argument("--judge", default="rule", help="rule | openai:URL | none")
+    roll.add_argument("--topk", type=int, default=20)
+    roll.add_argument("--votes", type=int, default=3)
+    roll.add_argument("--hint-scope", choices=["turn", "episode"], default="turn")
+    roll.add_argument("--no-opd", action="store_true", help="skip judging and teacher scoring")
+    roll.add_argument("--parallel", type=int, default=2)
+    roll.add_argument("--seed", type=int, default=0)
+    roll.add_argument("--max-turns", type=int, default=15)
+    roll.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
+    roll.add_argument("--out", help="output directory (default runs/<timestamp>)")
+    roll.add_argument("--resume", action="store_true", help="continue a run in --out")
+    roll.add_argument("--log", choices=["jsonl", "wandb", "tensorboard"])
+    roll.add_argument("--no-report", action="store_true", help="skip report.html")
+    roll.add_argument("--quiet", action="store_true", help="no progress bar")
+    roll.set_defaults(func=cmd_rollout)
+
+    tasks = sub.add_parser("tasks", help="list, show and validate tasks")
+    tsub = tasks.add_subparsers(dest="tasks_command", required=True, parser_class=_Parser)
+    tlist = tsub.add_parser("list", help="the tasks of a suite or file")
+    tlist.add_argument("--tasks", default="coding")
+    tshow = tsub.add_parser("show", help="one task's prompt and files")
+    tshow.add_argument("id")
+    tshow.add_argument("--tasks", default="coding")
+    tval = tsub.add_parser("validate", help="grade references (must pass) and starters (must not)")
+    tval.add_argument("path", help="suite name, task file or folder")
+    tval.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
+    tasks.set_defaults(func=cmd_tasks)
+
+    view = sub.add_parser("view", help="write (and open) the HTML report of a run")
+    view.add_argument("run_dir")
+    view.add_argument("--tokenizer", help="tiny | hf:PATH, to show token text")
+    view.add_argument("--open", action="store_true", help="open it in a browser")
+    view.set_defaults(func=cmd_view)
+
+    export = sub.add_parser("export", help="export a run to a trainer format")
+    export.add_argument("run_dir")
+    export.add_argument("--to", required=True, choices=["atropos", "trl", "advantage", "parquet"])
+    export.add_argument("--out", help="output file")
+    export.add_argument("--tokenizer", help="tiny | hf:PATH (Atropos needs prompt ids)")
+    export.set_defaults(func=cmd_export)
+
     sandbox = sub.add_parser("sandbox", help="build, check and clean the sandbox")
-    ssub = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    ssub = sandbox.add_subparsers(dest="sandbox_command", required=True, parser_class=_Parser)
     build = ssub.add_parser("build", help="build the sandbox image (registry or offline)")
     build.add_argument("--method", choices=["auto", "dockerfile", "offline"], default="auto")
     build.add_argument("--image", help="image name (default: the library's)")
@@ -123,11 +370,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UserError, SandboxError) as exc:
+    except (UserError, SandboxError, FileExistsError, FileNotFoundError) as exc:
         print(f"opd-gym: {exc}", file=sys.stderr)
-        return 2
+    except ImportError as exc:
+        print(f"opd-gym: a missing optional dependency: {exc}", file=sys.stderr)
+    except ValueError as exc:
+        print(f"opd-gym: {exc}", file=sys.stderr)
+    except OSError as exc:  # e.g. an unreachable server
+        print(f"opd-gym: {exc.__class__.__name__}: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         return 130
+    return 2
 
 
 if __name__ == "__main__":

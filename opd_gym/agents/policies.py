@@ -1,0 +1,136 @@
+"""Policies by spec string, for the CLI: demo, reference, replay:FILE, hf:PATH, openai:URL,
+vllm:URL. Each spec gives a factory `make(env) -> agent` (one agent per rollout worker)."""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from opd_gym.actions import TokenText
+from opd_gym.agents.demo import DemoAgent
+from opd_gym.agents.scripted import SUBMIT_CALL, ReferenceAgent
+from opd_gym.tasks.model import Task
+
+POLICY_HELP = (
+    "demo (scripted, with a planted mistake), reference, replay:FILE.jsonl, hf:MODEL_DIR, "
+    "openai:http://host:port/v1 (any chat endpoint), vllm:http://host:port"
+)
+
+
+class ReplayAgent:
+    """Replays the assistant turns of a recorded trajectories file, token ids included."""
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._by_task: dict[str, deque] = defaultdict(deque)
+        for row in rows:
+            if row.get("turns"):
+                self._by_task[row.get("task_id")].append(row["turns"])
+        self._turns: deque = deque()
+
+    @classmethod
+    def from_file(cls, path: str) -> ReplayAgent:
+        from opd_gym.rollout import read_trajectories
+
+        return cls(list(read_trajectories(path)))
+
+    def reset(self, observation: str, info: Mapping[str, Any]) -> None:
+        queue = self._by_task.get(info["task_id"])
+        if not queue:
+            raise ValueError(f"the replay file has no (more) episodes of task {info['task_id']!r}")
+        self._turns = deque(queue.popleft())
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        if not self._turns:
+            return SUBMIT_CALL
+        turn = self._turns.popleft()
+        return TokenText(
+            turn["text"], turn.get("token_ids"), turn.get("logprobs"), turn.get("prompt_ids")
+        )
+
+
+class OpenAIChatPolicy:
+    """Any OpenAI-compatible chat endpoint, given the tools schema; returns its message."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 0.7,
+        max_tokens: int = 1024,
+        timeout: float = 120.0,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError as exc:
+            raise ImportError("the openai policy needs httpx: pip install 'opd_gym[llm]'") from exc
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers)
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+
+    def reset(self, observation: str, info: Mapping[str, Any]) -> None:
+        """Stateless: every turn sends the env's full message list."""
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> Mapping[str, Any]:
+        if self.model is None:
+            self.model = self._http.get("/models").raise_for_status().json()["data"][0]["id"]
+        payload = {
+            "model": self.model,
+            "messages": info["messages"],
+            "tools": info["tools"],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+        response = self._http.post("/chat/completions", json=payload).raise_for_status()
+        message = response.json()["choices"][0]["message"]
+        return {
+            "role": "assistant",
+            "content": message.get("content") or "",
+            "tool_calls": message.get("tool_calls") or [],
+        }
+
+
+def check_server(base_url: str, path: str = "/models", timeout: float = 10.0) -> None:
+    """Fail early, in one sentence, when a policy's server does not answer."""
+    import httpx
+
+    try:
+        httpx.get(base_url.rstrip("/") + path, timeout=timeout).raise_for_status()
+    except httpx.HTTPError as exc:
+        raise ConnectionError(
+            f"cannot reach the policy server at {base_url} ({exc}); "
+            "is it running, and is the URL right?"
+        ) from None
+
+
+def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
+    """`make(env) -> agent` for a policy spec (see POLICY_HELP); raises ValueError if unknown."""
+    scheme, _, target = spec.partition(":")
+    if spec == "demo":
+        return lambda env: DemoAgent(tasks)
+    if spec == "reference":
+        return lambda env: ReferenceAgent(tasks)
+    if scheme == "replay" and target:
+        from opd_gym.rollout import read_trajectories
+
+        rows = list(read_trajectories(target))
+        return lambda env: ReplayAgent(rows)
+    if scheme == "hf" and target:
+        from opd_gym.agents.hf import TransformersPolicy
+
+        shared = TransformersPolicy(target, **options)  # one model; sampling is per call
+        return lambda env: shared
+    if scheme == "openai" and target:
+        check_server(target)
+        return lambda env: OpenAIChatPolicy(target, **options)
+    if scheme == "vllm" and target:
+        from opd_gym.agents.vllm import VLLMPolicy
+
+        check_server(target, "/v1/models")
+
+        return lambda env: VLLMPolicy(target, **options)
+    raise ValueError(f"unknown policy {spec!r}; use one of: {POLICY_HELP}")

@@ -1,0 +1,251 @@
+"""Render a run directory as one static, self-contained HTML report (`RUN_DIR/report.html`).
+
+Everything shown comes from agent and model output, so every string is HTML-escaped and
+the only script is the report's own (token tooltips, expand/collapse). No external assets:
+the file works offline and can be mailed around.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from opd_gym.viewer.assets import PAGE, SCRIPT, STYLE, bucket_css
+from opd_gym.viewer.conversation import render_conversation
+from opd_gym.viewer.markup import chip, esc, fmt, pre, script_json
+from opd_gym.viewer.run import Episode, Run, as_dict, as_float, as_list, load_run
+from opd_gym.viewer.tokens import (
+    DIVERGING_COLOURS,
+    DIVERGING_EDGES,
+    MAX_TOKENS,
+    MAX_TOTAL_TOKENS,
+    SEQUENTIAL_COLOURS,
+    SEQUENTIAL_PROBS,
+    TOPK_SHOWN,
+    TokenBudget,
+    TokenNames,
+)
+
+REPORT = "report.html"
+MAX_PROBLEMS = 50
+SUMMARY_ORDER = ("episodes", "finished", "unfinished", "pass_rate", "mean_reward", "mean_turns",
+                 "hint_rate", "tokens_scored", "seconds", "bad_lines")
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    tokenizer: Any = None,
+    max_episodes: int | None = None,
+    max_tokens: int = MAX_TOKENS,
+    topk_shown: int = TOPK_SHOWN,
+    max_total_tokens: int = MAX_TOTAL_TOKENS,
+) -> Path:
+    """Write the HTML report of a run (default `RUN_DIR/report.html`) and return its path.
+
+    `tokenizer` (a transformers tokenizer) names token ids; without it tokens show as `#id`.
+    `max_episodes` renders only the first episodes (the summary still covers all of them);
+    `max_tokens` (per turn), `topk_shown` (per token) and `max_total_tokens` (per report) cap
+    the token heatmaps so the file stays small.
+    """
+    run = load_run(run_dir)
+    target = Path(out) if out is not None else run.path / REPORT
+    budget = TokenBudget(per_turn=max_tokens, topk=topk_shown, total=max_total_tokens)
+    page = render_report(run, tokenizer=tokenizer, max_episodes=max_episodes, budget=budget)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    return target
+
+
+def render_report(
+    run: Run,
+    *,
+    tokenizer: Any = None,
+    max_episodes: int | None = None,
+    budget: TokenBudget | None = None,
+) -> str:
+    """The report page of a loaded run, as a string."""
+    names = TokenNames(tokenizer)
+    budget = budget if budget is not None else TokenBudget()
+    shown = run.episodes if max_episodes is None else run.episodes[:max(max_episodes, 0)]
+    body = [
+        f"<h1>OPD run report</h1><div class=\"sub\">{esc(run.path.name)} &middot; "
+        f"{len(run.episodes)} episode(s)</div>",
+        _summary(run),
+        _legend(),
+        _index(run.episodes, len(shown)),
+        '<div class="toolbar"><button data-open="1">Expand all</button>'
+        '<button data-open="0">Collapse all</button>'
+        '<span id="js-status">static view (script not run)</span></div>',
+    ]
+    if len(shown) < len(run.episodes):
+        body.append(f'<p class="muted">Showing the first {len(shown)} of {len(run.episodes)} '
+                    "episodes.</p>")
+    body += [_episode(ep, names, budget, open_=i == 0)
+             for i, ep in enumerate(shown)]
+    return PAGE.substitute(
+        title=esc(f"OPD run report: {run.path.name}"),
+        style=STYLE,
+        buckets=bucket_css(),
+        body="\n".join(body),
+        vocab=script_json({str(k): v for k, v in sorted(names.used.items())}),
+        script=SCRIPT,
+    )
+
+
+def _summary(run: Run) -> str:
+    summary = run.summary()
+    keys = [k for k in SUMMARY_ORDER if k in summary]
+    keys += [k for k in summary if k not in SUMMARY_ORDER]
+    cards = []
+    for key in keys:
+        value = summary[key]
+        small = isinstance(value, dict | list | str) and len(fmt(value)) > 14
+        warn = key == "bad_lines" and value
+        cards.append(
+            f'<div class="stat{" warn" if warn else ""}">'
+            f'<div class="k">{esc(key.replace("_", " "))}</div>'
+            f'<div class="v{" small" if small else ""}">'
+            f"{esc(fmt(value, percent=key.endswith('rate')))}</div></div>"
+        )
+    source = "summary.json" if run.summary_file is not None else "computed from the episodes"
+    out = [f'<h2>Run summary <span class="sub">({source})</span></h2>',
+           f'<div class="stats">{"".join(cards)}</div>']
+    if run.problems:
+        items = "".join(f"<li>{esc(p)}</li>" for p in run.problems[:MAX_PROBLEMS])
+        more = len(run.problems) - MAX_PROBLEMS
+        if more > 0:
+            items += f"<li>... and {more} more</li>"
+        out.append(f'<details class="card" style="margin-top:8px"><summary>'
+                   f"{len(run.problems)} problem(s) reading the run</summary><ul>{items}</ul>"
+                   "</details>")
+    return "\n".join(out)
+
+
+def _legend() -> str:
+    div = []
+    lows = (-math.inf, *DIVERGING_EDGES)
+    for i, colour in enumerate(DIVERGING_COLOURS):
+        label = f"&lt;{DIVERGING_EDGES[0]:g}" if i == 0 else (
+            f"&gt;{DIVERGING_EDGES[-1]:g}" if i == len(DIVERGING_EDGES) else f"{lows[i]:+g}")
+        div.append(f'<span class="sw"><i style="background:{colour}"></i>{label}</span>')
+    seq = []
+    for i, colour in enumerate(SEQUENTIAL_COLOURS):
+        label = (f"p&ge;{SEQUENTIAL_PROBS[0]:g}" if i < len(SEQUENTIAL_PROBS) and i == 0
+                 else f"&lt;{SEQUENTIAL_PROBS[i - 1]:g}")
+        seq.append(f'<span class="sw"><i style="background:{colour}"></i>{label}</span>')
+    return (
+        '<h2>Legend</h2><div class="card legend">'
+        f'<div class="scale"><span class="name">teacher &minus; student logprob</span>'
+        f'{"".join(div)}</div>'
+        f'<div class="scale"><span class="name">teacher probability</span>{"".join(seq)}</div>'
+        '<div class="scale"><span class="name">other</span>'
+        '<span class="sw"><i class="m"></i>masked</span>'
+        '<span class="sw"><i style="background:#fff;border-color:#9ca3af"></i>no record</span>'
+        "</div>"
+        '<div class="note">Each assistant turn\'s tokens are coloured by teacher minus student '
+        "logprob when the student's logprobs are known (red: the teacher, given the hint, finds "
+        "the token less likely; blue: more likely), otherwise by the teacher's probability of "
+        "the sampled token (dark: surprising). Hover a token for its id, logprobs and the "
+        "teacher's top-K. Hints from the judge are shown in yellow above the turn they "
+        "apply to.</div></div>"
+    )
+
+
+def _verdict(ep: Episode) -> str:
+    grade = ep.grade
+    if ep.passed is None:
+        return '<span class="badge ungraded">UNGRADED</span>'
+    count = f"{fmt(grade.get('passed'))}/{fmt(grade.get('total'))}"
+    if ep.passed:
+        return f'<span class="badge pass">PASS {esc(count)}</span>'
+    return f'<span class="badge fail">FAIL {esc(count)}</span>'
+
+
+def _index(episodes: list[Episode], shown: int) -> str:
+    if not episodes:
+        return '<h2>Episodes</h2><p class="muted">No episodes in this run.</p>'
+    rows = []
+    for ep in episodes:
+        name = esc(ep.task_id)
+        link = f'<a href="#ep-{ep.number}">{name}</a>' if ep.number <= shown else name
+        unfinished = "" if ep.finished else ' <span class="badge unfinished">UNFINISHED</span>'
+        rows.append(
+            f'<tr><td class="num">{ep.number}</td><td>{link}</td>'
+            f'<td class="num">{esc(fmt(ep.data.get("seed")))}</td>'
+            f'<td class="num">{esc(fmt(ep.reward))}</td><td>{_verdict(ep)}{unfinished}</td>'
+            f'<td class="num">{ep.num_turns}</td><td class="num">{ep.hints}</td>'
+            f'<td class="num">{ep.tokens_scored}</td>'
+            f'<td>{esc(ep.data.get("end_reason") or "")}</td></tr>'
+        )
+    head = ("<tr><th>#</th><th>task</th><th>seed</th><th>reward</th><th>result</th>"
+            "<th>turns</th><th>hints</th><th>tokens scored</th><th>end</th></tr>")
+    return f'<h2>Episodes</h2><table class="index">{head}{"".join(rows)}</table>'
+
+
+def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
+             open_: bool = False) -> str:
+    data = ep.data
+    summary = [
+        f'<span class="ep-title">#{ep.number} {esc(ep.task_id)}</span>',
+        _verdict(ep),
+        "" if ep.finished else '<span class="badge unfinished">UNFINISHED</span>',
+        chip("reward", fmt(ep.reward)),
+        chip("turns", ep.num_turns),
+        chip("hints", ep.hints),
+    ]
+    if data.get("end_reason"):
+        summary.append(chip("end", data["end_reason"]))
+    meta = [chip("seed", fmt(data.get("seed")))]
+    for key in ("terminated", "truncated", "duration"):
+        if key in data:
+            meta.append(chip(key, fmt(data[key])))
+    rewards = [as_float(r) for r in as_list(data.get("rewards"))]
+    if rewards:
+        meta.append(chip("rewards", " ".join(fmt(r) for r in rewards)))
+    for key, value in as_dict(data.get("reward_breakdown")).items():
+        meta.append(chip(f"reward.{key}", fmt(as_float(value))))
+    records, problems = ep.opd
+    body = [f'<div class="meta">{"".join(meta)}</div>']
+    body += [f'<div class="err-note"><b>unreadable</b> {esc(p)}</div>' for p in problems]
+    body.append(render_conversation(ep, records, names, budget))
+    body.append(_grade(ep.grade))
+    metrics = as_dict(data.get("opd_metrics"))
+    if metrics:
+        chips = "".join(chip(k.removeprefix("opd/"), fmt(as_float(v)))
+                        for k, v in metrics.items())
+        body.append(f'<div class="meta"><span class="muted">OPD metrics:</span> {chips}</div>')
+    opened = " open" if open_ else ""
+    return (f'<details class="ep" id="ep-{ep.number}"{opened}><summary>{"".join(summary)}</summary>'
+            f'<div class="ep-body">{"".join(body)}</div></details>')
+
+
+def _grade(grade: dict[str, Any]) -> str:
+    if not grade:
+        return ""
+    passed, total = grade.get("passed"), grade.get("total")
+    title = f"Hidden tests: {fmt(passed)} of {fmt(total)} passed"
+    notes = []
+    if grade.get("reason"):
+        notes.append(chip("grading failed", grade["reason"]))
+    if grade.get("timed_out"):
+        notes.append(chip("timed out"))
+    rows = []
+    for test in as_list(grade.get("tests")):
+        if not isinstance(test, dict):
+            continue
+        outcome = str(test.get("outcome", "?"))
+        cls = "pass" if outcome == "passed" else "fail"
+        message = pre(str(test.get("message") or "")) if test.get("message") else ""
+        rows.append(f'<tr><td><span class="badge {cls}">{esc(outcome)}</span></td>'
+                    f'<td class="mono">{esc(test.get("name", "?"))}</td><td>{message}</td></tr>')
+    table = f'<table class="tests">{"".join(rows)}</table>' if rows else ""
+    output = ""
+    if grade.get("output"):
+        output = (f'<details><summary class="muted">test run output</summary>'
+                  f'{pre(str(grade["output"]))}</details>')
+    return (f'<div class="grade card"><div class="h">{esc(title)} {"".join(notes)}</div>'
+            f"{table}{output}</div>")

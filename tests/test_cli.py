@@ -1,0 +1,163 @@
+"""The opd-gym CLI end to end: the default rollout in Docker, kill + resume, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from opd_gym.rollout import read_trajectories
+
+CLI = [sys.executable, "-m", "opd_gym.cli"]
+
+
+def opd_gym(
+    *args: str, timeout: float = 600, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_cache(tmp_path_factory):
+    """A private cache so the demo teacher is built fresh (as on a new machine)."""
+    return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache"))}
+
+
+@pytest.mark.docker
+def test_default_rollout_end_to_end(tmp_path, tiny_cache):
+    out = tmp_path / "run"
+    # The README's main job is `opd-gym rollout` with no flags; only the output dir and a
+    # short episode count are set here to keep CI fast.
+    result = opd_gym(
+        "rollout", "--episodes", "3", "--out", str(out), "--log", "jsonl", env=tiny_cache
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pipeline demo" in result.stderr
+    assert "pass rate      100%" in result.stdout and "hint rate" in result.stdout
+    rows = list(read_trajectories(out / "trajectories.jsonl"))
+    assert sorted(r["episode"] for r in rows) == [0, 1, 2]
+    for row in rows:
+        assert row["finished"] and row["grade"]["passed"] == row["grade"]["total"] > 0
+        assert len(row["opd"]) == len(row["turns"]) == 6
+        assert any(r["hint"] for r in row["opd"]) or row["task_id"] == "decode_secret"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 3 and summary["pass_rate"] == 1.0
+    assert (out / "report.html").stat().st_size > 10_000
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 3 and {"opd/hint_rate", "train/pass_rate"} <= set(metrics[-1])
+
+
+def test_killed_rollout_resumes_without_duplicates_or_losses(tmp_path, tiny_cache):
+    out = tmp_path / "run"
+    args = [
+        "rollout",
+        "--episodes",
+        "8",
+        "--parallel",
+        "1",
+        "--sandbox",
+        "local",
+        "--out",
+        str(out),
+        "--no-report",
+        "--quiet",
+    ]
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        env={**os.environ, **tiny_cache},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    path = out / "trajectories.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = [r["episode"] for r in read_trajectories(path)]
+    assert 2 <= len(before) < 8, "the run must have been killed midway"
+    result = opd_gym(*args, "--resume", env=tiny_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"(+{len(before)} resumed)" in result.stdout
+    episodes = [r["episode"] for r in read_trajectories(path) if r["finished"]]
+    assert sorted(episodes) == list(range(8))  # every episode once: none lost, none twice
+
+
+def test_rerun_without_resume_is_refused(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectories.jsonl").write_text('{"episode": 0, "finished": true}\n')
+    result = opd_gym("rollout", "--out", str(out), "--sandbox", "local")
+    assert result.returncode != 0
+    assert "pass resume" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["rollout", "--bogus"], {}, "unrecognized arguments: --bogus"),
+        (
+            ["rollout", "--tasks", "/no/such/tasks.jsonl", "--sandbox", "local"],
+            {},
+            "no task source",
+        ),
+        (["rollout", "--task-ids", "nope", "--sandbox", "local"], {}, "unknown task id"),
+        (["rollout", "--policy", "magic", "--sandbox", "local"], {}, "unknown policy"),
+        (
+            ["rollout", "--policy", "openai:http://127.0.0.1:9/v1", "--sandbox", "local"],
+            {},
+            "cannot reach the policy server",
+        ),
+        (
+            ["rollout", "--sandbox", "docker", "--episodes", "1"],
+            {"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+            "no Docker engine answers",
+        ),
+        (["rollout", "--log", "wandb", "--sandbox", "local", "--episodes", "1"], {}, "pip install"),
+        (["view", "/no/such/run"], {}, "no run directory"),
+        (["export", "/no/such/run", "--to", "trl"], {}, "no run directory"),
+        (["tasks", "show", "nope"], {}, "no task 'nope'"),
+    ],
+)
+def test_user_errors_are_one_clear_line(tmp_path, args, env, expected):
+    result = opd_gym(*_with_out(args, tmp_path), env=env)
+    assert result.returncode != 0
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("opd-gym:")]
+    assert len(lines) == 1, result.stderr
+
+
+def _with_out(args: list[str], tmp_path: Path) -> list[str]:
+    if args[0] == "rollout" and "--bogus" not in args:
+        return [*args, "--out", str(tmp_path / "out")]
+    return args
+
+
+def test_tasks_list_and_show():
+    listed = opd_gym("tasks", "list")
+    assert listed.returncode == 0 and "fizzbuzz" in listed.stdout and "32 tasks" in listed.stdout
+    shown = opd_gym("tasks", "show", "fizzbuzz")
+    assert shown.returncode == 0 and "solution.py" in shown.stdout
+
+
+@pytest.mark.docker
+def test_tasks_validate_grades_references_and_starters():
+    fixture = Path(__file__).parent / "fixtures" / "tasks.yaml"
+    result = opd_gym("tasks", "validate", str(fixture), "--sandbox", "docker")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tasks valid" in result.stdout and "BAD" not in result.stdout

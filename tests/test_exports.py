@@ -1,0 +1,112 @@
+"""Exports of a real (local-sandbox) rollout round-trip to the records they came from."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from opd_gym.agents.policies import make_agent_factory
+from opd_gym.exports import examples, export_run
+from opd_gym.models import build_tiny_model
+from opd_gym.opd.exporters import ATROPOS_PAD_ID, ATROPOS_PAD_LOGPROB
+from opd_gym.rollout import RolloutConfig, run_rollout
+from opd_gym.tasks import load_suite
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    out = tmp_path_factory.mktemp("run")
+    config = RolloutConfig(
+        out_dir=str(out),
+        episodes=2,
+        task_ids=["fizzbuzz", "flatten"],
+        sandbox="local",
+        parallel=1,
+        opd_options={"topk": 4},
+    )
+    summary = run_rollout(
+        config,
+        make_agent_factory("demo", load_suite()),
+        teacher=f"hf:{model}",
+        judge="rule",
+        progress=False,
+    )
+    assert summary.episodes == 2 and not summary.failures
+    return out, model
+
+
+def test_atropos_groups_cover_full_sequences(run_dir):
+    out, model = run_dir
+    from transformers import AutoTokenizer
+
+    path = export_run(out, "atropos", tokenizer=AutoTokenizer.from_pretrained(model))
+    groups = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(groups) == 2
+    for group, episode in zip(groups, examples(out), strict=True):
+        assert len(group["tokens"]) == len(episode) == 6
+        for tokens, masks, ids, lps, ex in zip(
+            group["tokens"],
+            group["masks"],
+            group["distill_token_ids"],
+            group["distill_logprobs"],
+            episode,
+            strict=True,
+        ):
+            record = ex.record
+            start = len(tokens) - record.num_tokens
+            assert tokens[start:] == record.token_ids.tolist()
+            assert len(ids) == len(lps) == len(tokens) and len(ids[0]) == 4
+            assert all(row == [ATROPOS_PAD_ID] * 4 for row in ids[:start])  # prompt padding
+            assert all(row == [ATROPOS_PAD_LOGPROB] * 4 for row in lps[:start])
+            np.testing.assert_array_equal(np.array(ids[start:]), record.teacher_topk_ids)
+            np.testing.assert_allclose(
+                np.array(lps[start:]), record.teacher_topk_logprobs, rtol=1e-6
+            )
+            assert masks[:start] == [-100] * start and masks[start:] == tokens[start:]
+
+
+def test_atropos_without_prompt_ids_or_tokenizer_says_what_to_do(run_dir):
+    out, _ = run_dir
+    with pytest.raises(ValueError, match="--tokenizer"):
+        export_run(out, "atropos")
+
+
+def test_trl_rows_and_advantages(run_dir):
+    out, _ = run_dir
+    rows = [json.loads(x) for x in export_run(out, "trl").read_text().splitlines()]
+    assert len(rows) == 12
+    first = rows[0]
+    assert first["prompt"][0]["role"] == "system" and first["prompt"][-1]["role"] == "user"
+    assert first["completion"][0]["role"] == "assistant"
+    assert "<tool_call>" in first["completion"][0]["content"]
+    assert sum(r["hint"] is not None for r in rows) >= 2  # the planted mistakes got hints
+    adv = [json.loads(x) for x in export_run(out, "advantage").read_text().splitlines()]
+    assert len(adv) == 12
+    # Scripted turns carry no student logprobs: advantages are null, never a fake 0.0.
+    assert all(a is None for row in adv for a in row["advantage"])
+    assert all(len(row["advantage"]) == len(row["token_ids"]) for row in adv)
+
+
+def test_parquet_round_trip(run_dir):
+    import pyarrow.parquet as pq  # the datasets extra brings pyarrow (installed in CI)
+
+    out, _ = run_dir
+    table = pq.read_table(export_run(out, "parquet")).to_pylist()
+    records = [ex.record for episode in examples(out) for ex in episode]
+    assert len(table) == len(records) == 12
+    for row, record in zip(table, records, strict=True):
+        assert row["token_ids"] == record.token_ids.tolist()
+        assert row["hint"] == record.hint
+        np.testing.assert_allclose(row["teacher_token_logprobs"], record.teacher_token_logprobs)
+        assert all(math.isfinite(x) for x in row["teacher_token_logprobs"])
+
+
+def test_unknown_format_is_refused(run_dir):
+    with pytest.raises(ValueError, match="unknown export format"):
+        export_run(run_dir[0], "csv")
