@@ -31,41 +31,7 @@ import numpy as np
 
 # Run as a script from a checkout: make the repo's package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def episode_shape(args, vocab: int, reserved: int = 32):
-    """Synthetic token ids: prompt, then per turn (hint, response, tool output)."""
-    rng = np.random.default_rng(args.seed)
-
-    def draw(n: int) -> list[int]:
-        return rng.integers(reserved, vocab, size=n).tolist()
-
-    return draw(args.prompt), [(draw(args.hint), draw(args.response), draw(args.tool))
-                               for _ in range(args.turns)]
-
-
-def turn_requests(prompt, turns):
-    """Turn scope: context (no earlier hints) + this turn's hint + this turn's response."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    out, context = [], list(prompt)
-    for hint, response, tool in turns:
-        start = len(context) + len(hint)
-        out.append(ScoreRequest(context + hint + response, [(start, start + len(response))]))
-        context += response + tool
-    return out
-
-
-def episode_request(prompt, turns):
-    """Episode scope: one sequence, every hint before its turn, one span per turn."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    ids, spans = list(prompt), []
-    for hint, response, tool in turns:
-        ids += hint
-        spans.append((len(ids), len(ids) + len(response)))
-        ids += response + tool
-    return ScoreRequest(ids, spans)
+from opd import make_episode_request, make_turn_requests, synthetic_episode  # noqa: E402
 
 
 def _rows(requests) -> int:
@@ -262,8 +228,8 @@ def run(args) -> dict:
     params = dict(hidden_size=args.hidden, num_layers=args.layers,
                   num_heads=max(args.hidden // 64, 1), vocab_size=args.vocab)
     path = build_tiny_model(args.model_dir or default_model_dir(**params), **params)
-    prompt, turns = episode_shape(args, args.vocab)
-    turn_reqs, ep_req = turn_requests(prompt, turns), episode_request(prompt, turns)
+    prompt, turns = synthetic_episode(args, args.vocab)
+    turn_reqs, ep_req = make_turn_requests(prompt, turns), make_episode_request(prompt, turns)
     result = {"path": str(path), "turn_rows": _rows(turn_reqs), "episode_rows": _rows([ep_req]),
               "scored": sum(e - s for s, e in ep_req.spans), "rows": []}
     reference = {}

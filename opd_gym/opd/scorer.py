@@ -182,10 +182,7 @@ class Scorer:
         try:
             results = self.teacher.score([requests[i] for i in order], self.topk)
         except Exception as exc:
-            for i in order:
-                records[i] = self._unscored(
-                    judged[i], f"teacher error: {type(exc).__name__}: {exc}"
-                )
+            self._fail(judged, order, records, exc)
             return
         spent = (time.perf_counter() - started) / max(len(order), 1)
         for i, spans in zip(order, results, strict=True):
@@ -201,14 +198,16 @@ class Scorer:
             ids, spans = build_episode_ids(self.teacher.tokenizer, turns, judged[0].sample.tools)
             results = self.teacher.score([ScoreRequest(ids, spans)], self.topk)[0]
         except Exception as exc:
-            for i in todo:
-                records[i] = self._unscored(
-                    judged[i], f"teacher error: {type(exc).__name__}: {exc}"
-                )
+            self._fail(judged, todo, records, exc)
             return
         spent = (time.perf_counter() - started) / max(len(todo), 1)
         for i in todo:
             records[i] = self._record(judged[i], results[i], spent)
+
+    def _fail(self, judged, indices, records, exc: Exception) -> None:
+        """A teacher failure leaves these turns unscored, saying why; nothing is lost."""
+        for i in indices:
+            records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}")
 
     def _record(self, judged: Judged, scores: Any, teacher_seconds: float) -> OPDRecord:
         return OPDRecord.from_scores(

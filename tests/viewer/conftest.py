@@ -16,7 +16,6 @@ import gymnasium as gym
 import pytest
 
 import opd_gym  # noqa: F401  (registers the env)
-from opd_gym.models import build_tiny_model
 from opd_gym.tools.parsing import format_tool_call
 
 FIZZBUZZ = """\
@@ -54,24 +53,7 @@ SCRIPTS = {
 }
 
 
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory):
-    """Folder of a tiny seeded model + tokenizer, built locally once per session."""
-    return build_tiny_model(tmp_path_factory.mktemp("viewer-tiny") / "model", seed=0)
 
-
-@pytest.fixture(scope="session")
-def tiny_tokenizer(tiny_model_path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tiny_model_path):
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
 
 
 @pytest.fixture(scope="session")

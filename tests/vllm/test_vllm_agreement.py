@@ -16,20 +16,20 @@ TIE_TOL = 1e-4  # top-K entries this close may legitimately swap places between 
 
 
 @pytest.fixture(scope="module")
-def requests_(vllm_tokenizer, tools, episode):
+def requests_(tiny_tokenizer, tools, episode):
     """Turn-scope requests with hints, one episode-scope request, and a long random one."""
     turns, hints = episode
     out = []
     for turn, hint in zip(turns, hints, strict=True):
-        ids, span = build_teacher_ids(vllm_tokenizer, turn.context_messages, tools, hint,
+        ids, span = build_teacher_ids(tiny_tokenizer, turn.context_messages, tools, hint,
                                       turn.student_ids)
         out.append(ScoreRequest(ids, [span]))
     hinted = [type(t)(t.context_messages, t.student_ids, h) for t, h in zip(turns, hints,
                                                                             strict=True)]
-    ids, spans = build_episode_ids(vllm_tokenizer, hinted, tools)
+    ids, spans = build_episode_ids(tiny_tokenizer, hinted, tools)
     out.append(ScoreRequest(ids, spans))
     rng = np.random.default_rng(7)
-    random_ids = rng.integers(3, len(vllm_tokenizer), 1500).tolist()
+    random_ids = rng.integers(3, len(tiny_tokenizer), 1500).tolist()
     out.append(ScoreRequest(random_ids, [(900, 1200), (1300, 1500)]))
     return out
 
@@ -100,14 +100,14 @@ def test_sampled_token_only_k0(hf_teacher, server_teacher, engine_teacher, reque
         np.testing.assert_allclose(tok, hf[0], atol=LOGPROB_TOL, rtol=0)
 
 
-def test_episode_request_matches_turn_requests(server_teacher, engine_teacher, vllm_tokenizer,
+def test_episode_request_matches_turn_requests(server_teacher, engine_teacher, tiny_tokenizer,
                                                tools, episode):
     """Without hints, one multi-span episode request scores each turn as its turn request does."""
     turns, _ = episode
-    ids, spans = build_episode_ids(vllm_tokenizer, turns, tools)
+    ids, spans = build_episode_ids(tiny_tokenizer, turns, tools)
     per_turn = []
     for turn in turns:
-        turn_ids, span = build_teacher_ids(vllm_tokenizer, turn.context_messages, tools, None,
+        turn_ids, span = build_teacher_ids(tiny_tokenizer, turn.context_messages, tools, None,
                                            turn.student_ids)
         per_turn.append(ScoreRequest(turn_ids, [span]))
     for teacher in (server_teacher, engine_teacher):
@@ -118,7 +118,7 @@ def test_episode_request_matches_turn_requests(server_teacher, engine_teacher, v
             np.testing.assert_allclose(a.topk_logprobs, b.topk_logprobs, atol=1e-4, rtol=0)
 
 
-def test_engine_sampled_only_path_on_this_build(engine_teacher, vllm_model_path):
+def test_engine_sampled_only_path_on_this_build(engine_teacher, tiny_model_path):
     """prompt_logprob_token_ids needs the V2 model runner; report which path this build takes."""
     from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
 
@@ -128,12 +128,12 @@ def test_engine_sampled_only_path_on_this_build(engine_teacher, vllm_model_path)
         VLLMEngineTeacher(engine_teacher.llm, sampled_only="token_ids")
 
 
-def test_make_teacher_vllm_spec(vllm_server, vllm_tokenizer):
+def test_make_teacher_vllm_spec(vllm_server, tiny_tokenizer):
     """"vllm:URL" builds a server teacher whose tokenizer is loaded from the served model."""
     teacher = make_teacher(f"vllm:{vllm_server.url}/v1", max_in_flight=2)
     try:
-        assert teacher.vocab_size == len(vllm_tokenizer)
-        assert teacher.tokenizer.get_vocab() == vllm_tokenizer.get_vocab()
+        assert teacher.vocab_size == len(tiny_tokenizer)
+        assert teacher.tokenizer.get_vocab() == tiny_tokenizer.get_vocab()
     finally:
         teacher.close()
 

@@ -43,8 +43,8 @@ def make_env():
                         max_turns=6)
 
 
-def test_topk_above_server_cap_is_a_clear_error(server_teacher, vllm_tokenizer):
-    ids = vllm_tokenizer.encode("def total(xs):\n    return sum(xs)\n")
+def test_topk_above_server_cap_is_a_clear_error(server_teacher, tiny_tokenizer):
+    ids = tiny_tokenizer.encode("def total(xs):\n    return sum(xs)\n")
     with pytest.raises(LogprobCapError, match=r"--max-logprobs 51"):
         server_teacher.score([ScoreRequest(ids, [(2, len(ids))])], 51)
 
@@ -88,16 +88,16 @@ class _SlowHandler(BaseHTTPRequestHandler):
             pass  # the client gave up, as it should
 
 
-def test_slow_server_timeouts_fire(vllm_tokenizer):
+def test_slow_server_timeouts_fire(tiny_tokenizer):
     """A loopback HTTP server that stalls on /v1/completions stands in for a slow vLLM."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    teacher = VLLMServerTeacher(url, tokenizer=vllm_tokenizer, check_tokenizer=False,
+    teacher = VLLMServerTeacher(url, tokenizer=tiny_tokenizer, check_tokenizer=False,
                                 timeout=0.5, retries=1, backoff=0.1)
-    ids = vllm_tokenizer.encode("print('hello world')")
+    ids = tiny_tokenizer.encode("print('hello world')")
     try:
         started = time.monotonic()
         with pytest.raises(ServerUnavailable, match="2 attempt"):
@@ -110,13 +110,13 @@ def test_slow_server_timeouts_fire(vllm_tokenizer):
     assert elapsed < 3.0, f"timeouts did not bound the wait ({elapsed:.1f} s)"
 
 
-def test_server_killed_mid_episode(server_factory, vllm_tokenizer):
+def test_server_killed_mid_episode(server_factory, tiny_tokenizer):
     """Own server, killed after two scored turns: the rest are unscored with an error, the
     episode and its data stay intact, and the next episode runs (unscored, not crashed)."""
     server = server_factory("killed")
     teacher = None
     try:
-        teacher = VLLMServerTeacher(server.url, tokenizer=vllm_tokenizer, timeout=10,
+        teacher = VLLMServerTeacher(server.url, tokenizer=tiny_tokenizer, timeout=10,
                                     retries=1, backoff=0.1)
         env = OPDWrapper(make_env(), teacher=teacher, judge="rule", topk=5)
         obs, info = env.reset(seed=0)

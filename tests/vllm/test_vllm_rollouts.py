@@ -30,10 +30,10 @@ def make_env(max_turns: int = 3):
 
 
 @pytest.fixture(scope="module")
-def policy(vllm_server, vllm_tokenizer):
+def policy(vllm_server, tiny_tokenizer):
     from opd_gym.agents.vllm import VLLMPolicy
 
-    agent = VLLMPolicy(f"{vllm_server.url}/v1", tokenizer=vllm_tokenizer, max_tokens=48, seed=11)
+    agent = VLLMPolicy(f"{vllm_server.url}/v1", tokenizer=tiny_tokenizer, max_tokens=48, seed=11)
     yield agent
     agent.close()
 
@@ -51,20 +51,20 @@ def rollout(env, policy, turns: int):
     return steps
 
 
-def test_policy_returns_token_exact_turns(policy, vllm_tokenizer, tools):
+def test_policy_returns_token_exact_turns(policy, tiny_tokenizer, tools):
     messages = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "List the files."}]
     first = policy.sample(messages, tools)
     assert isinstance(first, TokenText)
     assert len(first.token_ids) == len(first.logprobs) >= 1
     assert all(lp <= 0 for lp in first.logprobs)
-    body = first.token_ids[:-1] if first.token_ids[-1] == vllm_tokenizer.eos_token_id \
+    body = first.token_ids[:-1] if first.token_ids[-1] == tiny_tokenizer.eos_token_id \
         else first.token_ids
-    assert str(first) == vllm_tokenizer.decode(body, skip_special_tokens=False)
+    assert str(first) == tiny_tokenizer.decode(body, skip_special_tokens=False)
     # The prompt ids are the chat template with the tools schema, verbatim.
     from opd_gym.opd.chat import render_ids
 
-    assert first.prompt_ids == render_ids(vllm_tokenizer, messages, tools,
+    assert first.prompt_ids == render_ids(tiny_tokenizer, messages, tools,
                                           add_generation_prompt=True)
 
 
