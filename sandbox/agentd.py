@@ -1,12 +1,12 @@
 """opd_gym in-sandbox helper: one JSON request per stdin line, one JSON reply per stdout line.
 
 It runs inside the sandbox (Docker container, bubblewrap root, or a local temp dir) and is
-started once per sandbox, so a command costs one bash spawn instead of a `docker exec`.
-Standard library only; Python 3.8+ so any base image's python3 can run it.
+started once per sandbox, so a command costs one fork of a long-lived bash instead of a
+`docker exec`. Standard library only; Python 3.8+ so any base image's python3 can run it.
 
 Shell state (working directory and exported variables) persists between `run` requests: each
-command runs in a fresh `bash` that restores the state saved by the previous one, in its own
-process group, so a timeout can kill the command's whole group and leave this helper usable.
+command runs in a fresh subshell that restores the state saved by the previous one, in its own
+process group, so a timeout can kill the command's whole group and leave the shell usable.
 Paths given to file operations are confined to the workspace (symlinks resolved).
 """
 
@@ -22,30 +22,40 @@ import time
 WORKSPACE = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else os.getcwd())
 STATE = sys.argv[2] if len(sys.argv) > 2 else "/tmp/.opd_state"
 
-# Each command runs in a bash started ahead of time (its startup overlaps the previous
-# command), which waits for one "go" byte, reads the command from a file, restores the saved
-# cwd and exported variables, and saves them again on exit. Helper variables are unset first
-# so they never leak into the agent's environment.
-BASH_SCRIPT = r"""
+# One long-lived bash per sandbox (the "zygote") forks a subshell per command: a fork costs a
+# fraction of starting a new bash. `set -m` gives every subshell its own process group, so a
+# timeout can kill the command's whole group. Each subshell restores the cwd and exported
+# variables the previous command saved, and saves them again on exit; output goes to a fresh
+# FIFO the helper reads until every writer (the command and anything it left running) is gone.
+ZYGOTE_SCRIPT = r"""
 __opd_st_=$OPD_STATE; unset OPD_STATE
-read -r -n 1 __opd_go_ || exit 0
-read -r -d '' __opd_cmd_ < "$__opd_st_/cmd"
-unset __opd_go_
 __opd_save_() {
   __opd_rc_=$?
   pwd > "$__opd_st_/cwd" 2>/dev/null
   export -p > "$__opd_st_/env" 2>/dev/null
   return $__opd_rc_
 }
-trap __opd_save_ EXIT
-if [ -f "$__opd_st_/env" ]; then . "$__opd_st_/env" 2>/dev/null; fi
-if [ -f "$__opd_st_/cwd" ]; then
-  read -r __opd_d_ < "$__opd_st_/cwd"
-  cd "$__opd_d_" 2>/dev/null || cd "$HOME"
-  unset __opd_d_
-fi
-exec </dev/null
-eval "$__opd_cmd_"
+set -m
+while read -r __opd_go_; do
+  exec 3> "$__opd_st_/out"
+  (
+    exec 3>&-
+    trap __opd_save_ EXIT
+    if [ -f "$__opd_st_/env" ]; then . "$__opd_st_/env" 2>/dev/null; fi
+    if [ -f "$__opd_st_/cwd" ]; then
+      read -r __opd_d_ < "$__opd_st_/cwd"
+      cd "$__opd_d_" 2>/dev/null || cd "$HOME"
+      unset __opd_d_
+    fi
+    read -r -d '' __opd_cmd_ < "$__opd_st_/cmd"
+    unset __opd_go_
+    eval "$__opd_cmd_"
+  ) >&3 2>&3 </dev/null &
+  exec 3>&-
+  echo "pid $!"
+  wait $!
+  echo "rc $?"
+done
 """
 
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git", ".mypy_cache", ".ruff_cache"}
@@ -105,41 +115,62 @@ def _kill_group(pgid):
         time.sleep(0.005)
 
 
-def _spawn_shell():
-    """Start the bash that will run the next command, in its own session (process group)."""
-    proc = subprocess.Popen(
-        ["bash", "--noprofile", "--norc", "-c", BASH_SCRIPT, "bash"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=WORKSPACE,
-        env=dict(BASE_ENV, OPD_STATE=STATE),
-        start_new_session=True,
-    )
-    GROUPS.add(proc.pid)
-    return proc
-
-
-def _take_shell():
-    """The pre-started shell if it is still waiting, else a new one."""
-    global SPARE
-    proc, SPARE = SPARE, None
-    if proc is not None and proc.poll() is None:
-        return proc
-    try:
-        return _spawn_shell()
-    except OSError as exc:
-        raise Refused("spawn", f"could not start the command: {exc}") from None
-
-
-def _prepare_spare():
-    """Start the shell for the next command now, while the current one runs."""
-    global SPARE
-    if SPARE is None:
+def _zygote():
+    """The sandbox's long-lived bash, (re)started if it is gone (e.g. the agent killed it)."""
+    global ZYGOTE
+    if ZYGOTE is None or ZYGOTE.poll() is not None:
+        CONTROL.clear()
         try:
-            SPARE = _spawn_shell()
+            ZYGOTE = subprocess.Popen(
+                ["bash", "--noprofile", "--norc", "-c", ZYGOTE_SCRIPT, "bash"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=WORKSPACE,
+                env=dict(BASE_ENV, OPD_STATE=STATE),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise Refused("spawn", f"could not start the shell: {exc}") from None
+        GROUPS.add(ZYGOTE.pid)
+    return ZYGOTE
+
+
+def _control_line(zygote, timeout):
+    """The zygote's next status line ("pid N" / "rc N"), or None if it died or hung."""
+    deadline = time.monotonic() + timeout
+    fd = zygote.stdout.fileno()
+    while b"\n" not in CONTROL:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return None
+        CONTROL.extend(chunk)
+    line, _, rest = bytes(CONTROL).partition(b"\n")
+    CONTROL[:] = rest
+    return line.decode("ascii", "replace")
+
+
+def _start_command():
+    """Ask the zygote to fork the command; returns (zygote, pid of the command's group)."""
+    for _ in range(2):  # a dead zygote is restarted once
+        zygote = _zygote()
+        try:
+            zygote.stdin.write(b"go\n")
+            zygote.stdin.flush()
         except OSError:
-            SPARE = None  # e.g. the pids limit is reached: retried at the next command
+            _kill_group(zygote.pid)
+            zygote.wait()
+            continue
+        line = _control_line(zygote, 30.0)
+        if line and line.startswith("pid "):
+            GROUPS.add(int(line[4:]))
+            return zygote, int(line[4:])
+        _kill_group(zygote.pid)
+        zygote.wait()
+    raise Refused("spawn", "could not start the command (the shell died at once)")
 
 
 def op_run(req):
@@ -148,14 +179,18 @@ def op_run(req):
     started = time.monotonic()
     with open(os.path.join(STATE, "cmd"), "w", encoding="utf-8", errors="surrogateescape") as fh:
         fh.write(req["cmd"].replace("\x00", ""))
-    proc = _take_shell()
+    fifo = os.path.join(STATE, "out")
+    try:  # a fresh FIFO: jobs left over from earlier commands hold only the old one
+        os.unlink(fifo)
+    except FileNotFoundError:
+        pass
+    os.mkfifo(fifo, 0o600)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        proc.stdin.write(b"g")
-        proc.stdin.close()
-    except OSError:
-        pass  # the shell died while waiting; its exit status is reported below
-    _prepare_spare()
-    fd = proc.stdout.fileno()
+        zygote, pid = _start_command()
+    except Refused:
+        os.close(fd)
+        raise
     half = cap // 2
     head = bytearray()
     tail = bytearray()
@@ -186,13 +221,14 @@ def op_run(req):
             if len(tail) > 2 * half:
                 del tail[: len(tail) - half]
     if timed_out:
-        _kill_group(proc.pid)
-    try:
-        code = proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        code = proc.wait()
-    proc.stdout.close()
+        _kill_group(pid)
+    os.close(fd)
+    line = _control_line(zygote, 10.0)
+    if line and line.startswith("rc "):
+        code = int(line[3:])
+    else:  # the command took its shell down with it; a new one starts next time
+        _kill_group(zygote.pid)
+        code = -1
     _reap()
     for pgid in list(GROUPS):  # forget groups with no live member left
         try:
@@ -323,7 +359,7 @@ def main():
     for key, value in os.environ.items():
         if key.startswith("OPD_ENV_"):
             BASE_ENV[key[len("OPD_ENV_") :]] = value
-    _prepare_spare()
+    _zygote()
     out = sys.stdout
     out.write(json.dumps({"ok": True, "ready": True, "pid": os.getpid()}) + "\n")
     out.flush()
@@ -347,7 +383,8 @@ def main():
 
 BASE_ENV = {}
 GROUPS = set()
-SPARE = None
+ZYGOTE = None
+CONTROL = bytearray()
 
 if __name__ == "__main__":
     main()

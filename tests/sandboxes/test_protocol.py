@@ -188,3 +188,11 @@ def test_zombies_are_reaped(sandbox, backend):
     )
     states = sandbox.run("cat /proc/[0-9]*/stat 2>/dev/null | awk '{print $3}' | sort | uniq -c")
     assert " Z" not in states.output
+
+
+def test_shell_survives_the_agent_killing_it(sandbox):
+    sandbox.run("export KEEP=1; mkdir -p sub && cd sub")
+    # The command's parent process is the sandbox's long-lived shell: kill it.
+    sandbox.run("kill -9 $(cut -d' ' -f4 /proc/$BASHPID/stat); sleep 0.2")
+    after = sandbox.run('echo "$KEEP $(basename "$(pwd)")"')
+    assert after.output.strip() == "1 sub" and after.exit_code == 0
