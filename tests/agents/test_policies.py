@@ -1,0 +1,39 @@
+"""Policy specs: replaying a recorded run reproduces it; unknown specs are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from opd_gym.agents.policies import make_agent_factory
+from opd_gym.rollout import RolloutConfig, read_trajectories, run_rollout
+from opd_gym.tasks import load_suite
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
+
+
+def test_replay_reproduces_a_recorded_run(tmp_path):
+    tasks = load_suite()
+    ids = ["fizzbuzz", "rle_codec", "fix_leap_year"]
+    first = RolloutConfig(
+        out_dir=str(tmp_path / "a"), episodes=3, task_ids=ids, sandbox="local", opd=False
+    )
+    run_rollout(first, make_agent_factory("demo", tasks), progress=False)
+    recorded = tmp_path / "a" / "trajectories.jsonl"
+    again = RolloutConfig(
+        out_dir=str(tmp_path / "b"), episodes=3, task_ids=ids, sandbox="local", opd=False
+    )
+    summary = run_rollout(again, make_agent_factory(f"replay:{recorded}", tasks), progress=False)
+    assert summary.episodes == 3 and not summary.failures
+    before = {r["task_id"]: r for r in read_trajectories(recorded)}
+    after = {r["task_id"]: r for r in read_trajectories(tmp_path / "b" / "trajectories.jsonl")}
+    assert before.keys() == after.keys() == set(ids)
+    for task_id in ids:
+        assert [t["text"] for t in after[task_id]["turns"]] == [
+            t["text"] for t in before[task_id]["turns"]
+        ]
+        assert after[task_id]["rewards"] == pytest.approx(before[task_id]["rewards"])
+
+
+def test_unknown_policy_spec_is_refused():
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_agent_factory("gpt-magic", load_suite())
