@@ -14,7 +14,9 @@ import time
 import pytest
 
 SERVER_START_TIMEOUT = 300.0  # ~45 s on a 2-core machine; generous for a loaded CI box
-SERVER_ARGS = ("--enforce-eager", "--max-model-len", "4096", "--max-num-seqs", "16")
+# Tool-call parsing lets the chat endpoint take a `tools` list (the openai: policy sends one).
+SERVER_ARGS = ("--enforce-eager", "--max-model-len", "4096", "--max-num-seqs", "16",
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 def require_vllm() -> None:
     """Fail (not skip) with a clear message when the vLLM build cannot be imported."""
     try:

@@ -122,3 +122,25 @@ def test_wrapper_with_server_judge_and_teacher(policy, vllm_server, server_teach
     for record in hinted:
         # with a hint in its context the teacher no longer reproduces the student exactly
         assert np.abs(record.teacher_token_logprobs - record.student_logprobs).max() > 1e-4
+
+
+def test_openai_chat_policy_plays_through_the_real_server(vllm_server):
+    """The openai: policy (chat with the tools schema) against vLLM's chat endpoint: the tiny
+    model's text is garbage, so the env answers with format errors, and nothing crashes."""
+    from opd_gym.agents.policies import OpenAIChatPolicy
+
+    policy = OpenAIChatPolicy(f"{vllm_server.url}/v1", max_tokens=20, temperature=1.0)
+    env = make_env(max_turns=2)
+    obs, info = env.reset(seed=0)
+    policy.reset(obs, info)
+    steps = 0
+    while True:
+        action = policy.act(obs, info)
+        assert action["role"] == "assistant" and isinstance(action["content"], str)
+        obs, reward, terminated, truncated, info = env.step(action)
+        steps += 1
+        if terminated or truncated:
+            break
+    env.close()
+    assert steps == 2 and truncated
+    assert info["messages"][2]["role"] == "assistant"
