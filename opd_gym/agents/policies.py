@@ -19,26 +19,29 @@ POLICY_HELP = (
 
 
 class ReplayAgent:
-    """Replays the assistant turns of a recorded trajectories file, token ids included."""
+    """Replays the assistant turns of a recorded trajectories file, token ids included.
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._by_task: dict[str, deque] = defaultdict(deque)
-        for row in rows:
-            if row.get("turns"):
-                self._by_task[row.get("task_id")].append(row["turns"])
+    Agents built with the same `queues` (see `replay_queues`) share them, so parallel workers
+    each take a different recorded episode of a task, never the same one twice.
+    """
+
+    def __init__(self, queues: Mapping[str, deque]) -> None:
+        self._by_task = queues
         self._turns: deque = deque()
 
     @classmethod
     def from_file(cls, path: str) -> ReplayAgent:
         from opd_gym.rollout import read_trajectories
 
-        return cls(list(read_trajectories(path)))
+        return cls(replay_queues(list(read_trajectories(path))))
 
     def reset(self, observation: str, info: Mapping[str, Any]) -> None:
-        queue = self._by_task.get(info["task_id"])
-        if not queue:
-            raise ValueError(f"the replay file has no (more) episodes of task {info['task_id']!r}")
-        self._turns = deque(queue.popleft())
+        try:
+            self._turns = deque(self._by_task[info["task_id"]].popleft())
+        except (KeyError, IndexError):
+            raise ValueError(
+                f"the replay file has no (more) episodes of task {info['task_id']!r}"
+            ) from None
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         if not self._turns:
@@ -47,6 +50,15 @@ class ReplayAgent:
         return TokenText(
             turn["text"], turn.get("token_ids"), turn.get("logprobs"), turn.get("prompt_ids")
         )
+
+
+def replay_queues(rows: Sequence[Mapping[str, Any]]) -> dict[str, deque]:
+    """Recorded turn lists per task id, in file order (deque.popleft is thread-safe)."""
+    queues: dict[str, deque] = defaultdict(deque)
+    for row in rows:
+        if row.get("turns"):
+            queues[row.get("task_id")].append(row["turns"])
+    return dict(queues)
 
 
 class OpenAIChatPolicy:
@@ -117,8 +129,8 @@ def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Call
     if scheme == "replay" and target:
         from opd_gym.rollout import read_trajectories
 
-        rows = list(read_trajectories(target))
-        return lambda env: ReplayAgent(rows)
+        queues = replay_queues(list(read_trajectories(target)))
+        return lambda env: ReplayAgent(queues)
     if scheme == "hf" and target:
         from opd_gym.agents.hf import TransformersPolicy
 

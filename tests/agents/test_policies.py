@@ -37,3 +37,29 @@ def test_replay_reproduces_a_recorded_run(tmp_path):
 def test_unknown_policy_spec_is_refused():
     with pytest.raises(ValueError, match="unknown policy"):
         make_agent_factory("gpt-magic", load_suite())
+
+
+def test_parallel_replay_uses_each_recorded_episode_once(tmp_path):
+    tasks = load_suite()
+    ids = ["fizzbuzz", "rle_codec"]
+    record = RolloutConfig(
+        out_dir=str(tmp_path / "a"), episodes=4, task_ids=ids, sandbox="local", opd=False
+    )
+    run_rollout(record, make_agent_factory("demo", tasks), progress=False)
+    recorded = tmp_path / "a" / "trajectories.jsonl"
+    # 5 episodes ask for fizzbuzz 3 times; only 2 were recorded, so exactly one must fail
+    # (workers share the recorded episodes instead of each replaying all of them).
+    replay = RolloutConfig(
+        out_dir=str(tmp_path / "b"),
+        episodes=5,
+        task_ids=ids,
+        sandbox="local",
+        opd=False,
+        parallel=2,
+    )
+    summary = run_rollout(replay, make_agent_factory(f"replay:{recorded}", tasks), progress=False)
+    assert summary.episodes == 4
+    assert (
+        len(summary.failures) == 1
+        and "no (more) episodes of task 'fizzbuzz'" in summary.failures[0]
+    )
