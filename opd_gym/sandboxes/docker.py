@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_gym.sandboxes.base import SandboxDied, SandboxError, SandboxUnavailable
+from opd_gym.sandboxes.base import SandboxError, SandboxUnavailable
 from opd_gym.sandboxes.helper import DockerExecTransport, HelperSandbox, Transport, helper_source
 from opd_gym.sandboxes.reaper import owner_labels
 
@@ -173,11 +173,6 @@ class DockerSandbox(HelperSandbox):
         if state.get("OOMKilled"):
             return "The container was killed for exceeding its memory limit."
         return f"Container status: {state.get('Status')}."
-
-    def ensure_running(self) -> None:
-        """Raise SandboxDied if the container is gone (cheap check used before handing out)."""
-        if not self.alive:
-            raise SandboxDied(f"sandbox container is not running. {self._death_reason()}")
 
     def _teardown(self) -> None:
         from docker.errors import DockerException, NotFound
