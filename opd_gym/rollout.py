@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +66,10 @@ class RunSummary:
     skipped: int = 0
     passed: int = 0
     reward_sum: float = 0.0
-    hints: int = 0
-    turns_scored: int = 0
-    tokens_scored: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
-    opd: dict[str, float] = field(default_factory=dict)
+    metrics: OPDMetrics = field(default_factory=OPDMetrics)  # hints and tokens live here
 
     @property
     def pass_rate(self) -> float:
@@ -83,13 +80,23 @@ class RunSummary:
         return self.reward_sum / self.episodes if self.episodes else 0.0
 
     @property
+    def turns_scored(self) -> int:
+        return self.metrics.scored
+
+    @property
+    def tokens_scored(self) -> int:
+        return self.metrics.positions
+
+    @property
     def hint_rate(self) -> float:
-        return self.hints / self.turns_scored if self.turns_scored else 0.0
+        return self.metrics.hints / self.metrics.scored if self.metrics.scored else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {k: v for k, v in vars(self).items() if k != "metrics"}
         data.update(
-            pass_rate=self.pass_rate, mean_reward=self.mean_reward, hint_rate=self.hint_rate
+            pass_rate=self.pass_rate, mean_reward=self.mean_reward, hint_rate=self.hint_rate,
+            turns_scored=self.turns_scored, tokens_scored=self.tokens_scored,
+            opd=self.metrics.summary(),
         )
         return data
 
@@ -147,7 +154,6 @@ def run_rollout(
     done = finished_episodes(path)
     todo = [i for i in range(config.episodes) if i not in done]
     summary = RunSummary(skipped=config.episodes - len(todo))
-    metrics = OPDMetrics()
     lock = threading.Lock()
     started = time.perf_counter()
     tasks = resolve_tasks(config.tasks)
@@ -178,7 +184,7 @@ def run_rollout(
                         summary.failures.append(f"episode {i}: {type(exc).__name__}: {exc}")
                     continue
                 with lock:
-                    _count(summary, metrics, row)
+                    _count(summary, row)
                     if on_episode is not None:
                         on_episode(row, _episode_metrics(row, summary))
                     bar(row)
@@ -193,7 +199,6 @@ def run_rollout(
     finally:
         pool.close()
     summary.seconds = time.perf_counter() - started
-    summary.opd = metrics.summary()
     (out / SUMMARY).write_text(json.dumps(summary.to_dict(), indent=2, default=str))
     return summary
 
@@ -211,18 +216,14 @@ def _play_one(
             return recorder.last_record
 
 
-def _count(summary: RunSummary, metrics: OPDMetrics, row: Mapping[str, Any]) -> None:
+def _count(summary: RunSummary, row: Mapping[str, Any]) -> None:
     from opd_gym.opd.record import OPDRecord
 
     summary.episodes += 1
     grade = row.get("grade") or {}
     summary.passed += bool(grade.get("total")) and grade.get("passed") == grade.get("total")
     summary.reward_sum += float(sum(row.get("rewards", [])))
-    records = [OPDRecord.from_dict(r) for r in row.get("opd") or []]
-    metrics.episode(records)
-    summary.hints += sum(bool(r.hint) for r in records if r.scored)
-    summary.turns_scored += sum(r.scored for r in records)
-    summary.tokens_scored += sum(int(r.mask.sum()) for r in records)
+    summary.metrics.episode(OPDRecord.from_dict(r) for r in row.get("opd") or [])
 
 
 def _episode_metrics(row: Mapping[str, Any], summary: RunSummary) -> dict[str, float]:
