@@ -7,7 +7,9 @@
 - `opd/top1_mismatch`: share of scored positions where the teacher's top-1 is not the sampled token;
 - `opd/kl_estimate`: mean of student - teacher logprob of the sampled tokens, the Monte-Carlo
   estimate of KL(student || teacher) on the student's own samples (needs student logprobs);
-- `opd/topk_mass`: mean teacher probability mass inside its top-K (how much K misses).
+- `opd/topk_mass`: mean teacher probability mass inside its top-K (how much K misses);
+- `opd/copied_tokens`, `opd/copy_rate`: response positions that reproduce an n-gram of their
+  turn's hint (masked by default), in number and as a share of the tokens of hinted turns.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class OPDMetrics:
     delta_sum: float = 0.0
     delta_n: int = 0
     mass_sum: float = 0.0
+    copied: int = 0
+    hinted_tokens: int = 0
 
     def episode(self, records: Iterable[OPDRecord]) -> dict[str, float]:
         part = OPDMetrics()
@@ -52,8 +56,12 @@ class OPDMetrics:
 
     def _add(self, record: OPDRecord) -> None:
         self.turns += 1
+        if record.hint:
+            self.copied += record.num_copied
+            self.hinted_tokens += record.num_tokens
         if not record.scored:
-            self.unscored[_reason(record.error or "unknown")] += 1
+            why = record.error or ("copied hint" if record.num_copied else "unknown")
+            self.unscored[_reason(why)] += 1
             return
         self.scored += 1
         self.hints += bool(record.hint)
@@ -78,6 +86,8 @@ class OPDMetrics:
             "delta_sum",
             "delta_n",
             "mass_sum",
+            "copied",
+            "hinted_tokens",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.unscored.update(other.unscored)
@@ -100,6 +110,8 @@ class OPDMetrics:
             if self.delta_n
             else nan,
             "opd/kl_estimate": -self.delta_sum / self.delta_n if self.delta_n else nan,
+            "opd/copied_tokens": float(self.copied),
+            "opd/copy_rate": self.copied / self.hinted_tokens if self.hinted_tokens else 0.0,
         }
         for reason, count in sorted(self.unscored.items()):
             out[f"opd/unscored/{reason}"] = float(count)

@@ -63,6 +63,8 @@ class OPDRecord:
     error: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
     scope: str = "turn"
+    copied: np.ndarray | None = None
+    context: str = ""
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -86,6 +88,9 @@ class OPDRecord:
         }
         if self.student_logprobs is not None:
             expected["student_logprobs"] = (self.student_logprobs.shape, (t,))
+        if self.copied is not None:
+            self.copied = _as_array("copied", self.copied, "b", np.bool_, 1)
+            expected["copied"] = (self.copied.shape, (t,))
         for name, (got, want) in expected.items():
             if got != want:
                 raise ValueError(f"OPDRecord.{name}: shape {got} does not match "
@@ -128,6 +133,11 @@ class OPDRecord:
     def topk(self) -> int:
         """K, the width of the top-K arrays."""
         return int(self.teacher_topk_ids.shape[1])
+
+    @property
+    def num_copied(self) -> int:
+        """Positions that reproduce an n-gram of the hint (masked unless the guard keeps them)."""
+        return 0 if self.copied is None else int(self.copied.sum())
 
     @property
     def scored(self) -> bool:
@@ -205,6 +215,8 @@ class OPDRecord:
             "error": self.error,
             "timing": dict(self.timing),
             "scope": self.scope,
+            "copied": None if self.copied is None else self.copied.tolist(),
+            "context": self.context,
         }
 
     @classmethod
@@ -231,6 +243,9 @@ class OPDRecord:
             error=data.get("error"),
             timing=dict(data.get("timing") or {}),
             scope=data.get("scope", "turn"),
+            copied=None if data.get("copied") is None
+            else np.asarray(data["copied"], np.bool_).reshape(t),
+            context=str(data.get("context") or ""),
         )
 
 

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from opd_gym.opd.chat import (
     PLACEMENTS,
     EpisodeTurn,
@@ -24,6 +26,7 @@ from opd_gym.opd.chat import (
     build_teacher_ids,
     make_hint_message,
 )
+from opd_gym.opd.copyguard import COPY_GUARDS, copied_positions
 from opd_gym.opd.judges import Verdict, as_verdict
 from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers.base import ScoreRequest, Teacher
@@ -57,6 +60,8 @@ class Scorer:
         placement: str = "before_turn",
         score_without_hint: bool = True,
         judge_workers: int = 4,
+        copy_guard: str = "mask",
+        copy_min_words: int = 4,
     ) -> None:
         if scope not in SCOPES:
             raise ValueError(f"hint scope must be one of {SCOPES}, got {scope!r}")
@@ -67,6 +72,12 @@ class Scorer:
                 "the episode hint scope places each hint before its turn; "
                 "use placement='before_turn'"
             )
+        if copy_guard not in COPY_GUARDS:
+            raise ValueError(f"copy_guard must be one of {COPY_GUARDS}, got {copy_guard!r}")
+        if copy_min_words < 1:
+            raise ValueError("copy_min_words must be >= 1")
+        self.copy_guard = copy_guard
+        self.copy_min_words = copy_min_words
         self.teacher = teacher
         self.judge = judge
         self.topk = topk
@@ -209,7 +220,14 @@ class Scorer:
         for i in indices:
             records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}")
 
-    def _record(self, judged: Judged, scores: Any, teacher_seconds: float) -> OPDRecord:
+    def _record(
+        self, judged: Judged, scores: Any, teacher_seconds: float, context: str = ""
+    ) -> OPDRecord:
+        copied = copied_positions(
+            self.teacher.tokenizer, judged.student_ids, judged.verdict.hint, self.copy_min_words
+        )
+        if self.copy_guard == "mask" and copied.any():
+            scores = _without_rows(scores, copied)
         return OPDRecord.from_scores(
             judged.student_ids,
             scores,
@@ -220,7 +238,27 @@ class Scorer:
             retokenized=judged.retokenized,
             timing={"judge_s": judged.judge_seconds, "teacher_s": teacher_seconds},
             scope=self.scope,
+            copied=copied,
+            context=context,
         )
 
     def close(self) -> None:
         self._judges.shutdown(wait=True)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Span scores with some rows blanked (NaN), which the record then masks off."""
+
+    token_logprobs: Any
+    topk_ids: Any
+    topk_logprobs: Any
+
+
+def _without_rows(scores: Any, rows: Any) -> _Rows:
+    """A copy of `scores` with `rows` set to NaN (no teacher signal there)."""
+    token_lp = np.array(scores.token_logprobs, np.float32)
+    topk_lp = np.array(scores.topk_logprobs, np.float32)
+    token_lp[rows] = np.nan
+    topk_lp[rows] = np.nan
+    return _Rows(token_lp, np.array(scores.topk_ids, np.int32), topk_lp)

@@ -65,6 +65,9 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         score_without_hint: also score turns the judge gave no hint (default True).
         student_tokenizer: path or tokenizer of the student; refused if it differs from the
             teacher's.
+        copy_guard: "mask" (default): response positions that reproduce `copy_min_words`
+            consecutive words of the hint carry no teacher signal (the student must not be
+            rewarded for writing its own hint); "keep": only report them (`record.copied`).
     """
 
     def __init__(
@@ -86,6 +89,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         score_without_hint: bool = True,
         judge_workers: int = 4,
         student_tokenizer: Any = None,
+        copy_guard: str = "mask",
+        copy_min_words: int = 4,
     ) -> None:
         args = {
             "teacher": teacher,
@@ -103,6 +108,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "score_without_hint": score_without_hint,
             "judge_workers": judge_workers,
             "student_tokenizer": student_tokenizer,
+            "copy_guard": copy_guard,
+            "copy_min_words": copy_min_words,
         }
         # Objects (a loaded teacher, a judge function) are kept as they are, not deep-copied.
         gym.utils.RecordConstructorArgs.__init__(
@@ -153,6 +160,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 placement=cfg["hint_placement"],
                 score_without_hint=cfg["score_without_hint"],
                 judge_workers=cfg["judge_workers"],
+                copy_guard=cfg["copy_guard"],
+                copy_min_words=cfg["copy_min_words"],
             )
         return self._scorer
 
