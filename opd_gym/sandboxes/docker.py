@@ -23,10 +23,16 @@ class DockerConfig:
     """Container settings; the defaults are the hardened set (no network, no caps, read-only)."""
 
     image: str = DEFAULT_IMAGE
-    user: str = "1000:1000"
+    user: str = "1000:1000"  # the agent's uid:gid (its commands and the workspace owner)
+    # The container's own user. Root (with no capabilities beyond cap_add) so that processes
+    # exec'd as root get cap_add: Docker gives execs no capabilities in a non-root container.
+    container_user: str = "0:0"
     workspace: str = "/workspace"
     network_mode: str = "none"
     cap_drop: tuple[str, ...] = ("ALL",)
+    # What the trusted in-container processes (grading harness, helper) need to start the
+    # agent's code under its uid and to kill it; the agent's uid gets none of them.
+    cap_add: tuple[str, ...] = ("SETUID", "SETGID", "KILL")
     security_opt: tuple[str, ...] = ("no-new-privileges",)
     pids_limit: int = 256
     mem_limit: str = "1g"
@@ -45,9 +51,10 @@ class DockerConfig:
         uid, _, gid = self.user.partition(":")
         owner = f"uid={uid},gid={gid or uid}," if uid.isdigit() else ""
         return {
-            "user": self.user,
+            "user": self.container_user,
             "network_mode": self.network_mode,
             "cap_drop": list(self.cap_drop),
+            "cap_add": list(self.cap_add),
             "security_opt": list(self.security_opt),
             "pids_limit": self.pids_limit,
             "mem_limit": self.mem_limit,

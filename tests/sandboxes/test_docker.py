@@ -54,7 +54,8 @@ def test_container_is_hardened(box):
     assert host["Init"] is True
     assert set(host["Tmpfs"]) == {"/workspace", "/tmp"}
     assert "size=256m" in host["Tmpfs"]["/workspace"]
-    assert attrs["Config"]["User"] == "1000:1000"
+    assert host["CapAdd"] == ["SETUID", "SETGID", "KILL"]
+    assert attrs["Config"]["User"] == "0:0"  # cap-less root: execs as root get only CapAdd
     assert not any("docker.sock" in (m.get("Source") or "") for m in attrs["Mounts"])
     assert box.run("id -u").output.strip() == "1000"
     labels = attrs["Config"]["Labels"]
