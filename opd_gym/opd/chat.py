@@ -3,23 +3,20 @@
 Turn scope: ``ids = template(context + [hint], tools, add_generation_prompt=True) + student_ids``.
 The student's response is never re-tokenized from text.
 
-Episode scope builds ONE sequence for a whole trajectory, every hint inserted right before
-its turn, every assistant turn taken verbatim from the student's sampled ids:
+Episode scope builds one sequence for a run of turns from the student's EXACT contexts: each
+turn's prompt P_t (its `prompt_ids`, or, without them, the template's rendering of its
+messages) must extend the sequence so far, P_{t-1} + student_ids_{t-1}, checked on ids:
 
-    seg_0 = template(ctx_0 + [hint_0], gen=True)                 then student_ids_0
-    seg_t = closing_tail(t-1) + template(ctx_t + [hint_t], gen=True)[len(through_t):]
-                                                                 then student_ids_t
+    seq = hinted(P_0) + student_ids_0
+    seq += hinted(P_t)[len(P_{t-1} + student_ids_{t-1}):] + student_ids_t    (t >= 1)
 
-where ``through_t = template(ctx_t[:k + 1])`` renders ctx_t up to and including the
-assistant message k of turn t-1 (so the suffix is the non-assistant messages after it, plus
-the hint and the generation prompt), and ``closing_tail`` is the part of the template's
-rendering of that assistant message that the student did not sample (for ChatML the newline
-after ``<|im_end|>``): if the student's ids are a prefix of the rendered assistant block the
-tail is the rest of the block, otherwise it is what follows the block's last end-of-turn
-token (or that token onwards, when the student's turn was cut before it). Every prefix
-relation used is checked on token ids, and a template that is not prefix-stable is refused
-with a clear error. With no hints and student ids equal to the template's rendering, the
-episode sequence equals the turn-scope input of the last turn.
+where hinted(P) is P with the hint block spliced in right before its generation prompt. With
+no hints the sequence is exactly P_last + student_ids_last, so every turn is scored on the
+context the student saw. When a turn's prompt does not extend the sequence (a template that
+rewrites history: whitespace stripped, tool calls not rendered, earlier thinking dropped,
+ids that are not the tokenizer's canonical split), nothing is guessed: that turn starts a new
+pass from its own prompt (scored exactly like turn scope) and the break is reported per turn
+(`EpisodePlan.notes`), or the turn is refused, by option.
 """
 
 from __future__ import annotations
@@ -131,67 +128,146 @@ def _prefix_from_context_ids(tokenizer, messages, tools, hint_message, context_i
     return context_ids[:len(context_ids) - len(gen_prompt)] + hinted[len(bare):]
 
 
+def splice_hint(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    hint_message: Mapping[str, Any] | None,
+    prompt_ids: Sequence[int],
+) -> list[int]:
+    """`prompt_ids` with the hint block inserted right before the generation prompt.
+
+    Raises ValueError when the template cannot take the hint in place (it rewrites the
+    history when a message is added, or the prompt does not end in its generation prompt).
+    """
+    return _prefix_from_context_ids(tokenizer, [dict(m) for m in messages], tools, hint_message,
+                                    [int(i) for i in prompt_ids], "before_turn")
+
+
 @dataclass(frozen=True)
 class EpisodeTurn:
-    """One scored turn of an episode: the messages it saw, what it sampled, and its hint."""
+    """One scored turn of an episode: the messages it saw, what it sampled, and its hint.
+
+    `prompt_ids`, when known, are the exact ids the student was prompted with.
+    """
 
     context_messages: Sequence[Mapping[str, Any]]
     student_ids: Sequence[int]
     hint_message: Mapping[str, Any] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    prompt_ids: Sequence[int] | None = None
+
+
+@dataclass
+class EpisodePass:
+    """One teacher input: a run of consecutive turns whose prompts extend each other."""
+
+    ids: list[int]
+    spans: list[tuple[int, int]]
+    turns: list[int]
+
+
+@dataclass
+class EpisodePlan:
+    """The passes that score an episode, with per-turn notes on the context each turn got.
+
+    `notes[t]` says which context turn t is scored on; `refused[t]` (with
+    `on_break="refuse"`) says why turn t gets no score.
+    """
+
+    passes: list[EpisodePass]
+    notes: dict[int, str]
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+BREAKS = ("split", "refuse")
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def plan_episode(
+    tokenizer: Any,
+    turns: Sequence[EpisodeTurn],
+    tools: Sequence[Mapping[str, Any]] | None,
+    *,
+    on_break: str = "split",
+) -> EpisodePlan:
+    """Passes over the student's exact contexts (see module doc); breaks are reported per turn.
+
+    `on_break="split"` scores a turn whose prompt does not extend the sequence from its own
+    prompt (a new pass, which later turns may extend); "refuse" leaves it unscored (in
+    `refused`) while later turns still build on its prompt.
+    """
+    if on_break not in BREAKS:
+        raise ValueError(f"on_break must be one of {BREAKS}, got {on_break!r}")
+    passes: list[EpisodePass] = []
+    notes: dict[int, str] = {}
+    refused: dict[int, str] = {}
+    base: list[int] | None = None  # unhinted P_{t-1} + student_{t-1} of the current pass
+    for t, turn in enumerate(turns):
+        ctx = [dict(m) for m in turn.context_messages]
+        student = [int(i) for i in turn.student_ids]
+        exact = turn.prompt_ids is not None
+        source = "the student's prompt ids" if exact else "the rendered messages (no prompt ids)"
+        prompt = [int(i) for i in turn.prompt_ids] if exact else render_ids(
+            tokenizer, ctx, tools, add_generation_prompt=True)
+        why = ""
+        broke = base is not None and prompt[:len(base)] != base
+        if broke:
+            first = passes[-1].turns[0]
+            why = (f"turn {t}'s prompt does not extend the sequence of turns {first}-{t - 1} "
+                   f"(ids differ at position {_first_difference(prompt, base)} of "
+                   f"{len(base)}): the template rewrites history")
+        try:
+            hinted = (splice_hint(tokenizer, ctx, tools, turn.hint_message, prompt)
+                      if turn.hint_message is not None else prompt)
+            hint_ok = True
+        except ValueError as exc:
+            hinted = render_ids(tokenizer, [*ctx, dict(turn.hint_message)], tools,
+                                add_generation_prompt=True)
+            hint_ok = False
+            why = (why + "; " if why else "") + (
+                f"the hint cannot be placed in turn {t}'s prompt ({exc}): scored on the "
+                "template's rendering of its messages plus the hint")
+        if base is not None and not why and hinted[:len(base)] != base:
+            why = f"turn {t}'s hint would fall inside the previous turn's tokens"
+        if base is not None and not why:
+            current = passes[-1]
+            start = len(current.ids) + len(hinted) - len(base)
+            current.ids += hinted[len(base):] + student
+            current.spans.append((start, start + len(student)))
+            current.turns.append(t)
+            notes[t] = f"episode pass {len(passes)}, from {source}"
+        else:
+            if broke and on_break == "refuse":
+                refused[t] = why
+            passes.append(EpisodePass(hinted + student, [(len(hinted), len(hinted) + len(student))],
+                                      [t]))
+            notes[t] = f"episode pass {len(passes)}, from {source}" + (
+                f" (new pass: {why})" if why else "")
+        base = (prompt + student) if hint_ok else None
+    return EpisodePlan(passes, notes, refused)
 
 
 def build_episode_ids(
     tokenizer: Any,
     turns: Sequence[EpisodeTurn],
     tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    end_of_turn_id: int | None = None,
 ) -> tuple[list[int], list[tuple[int, int]]]:
     """One teacher input for a whole episode and one span per turn (see module doc).
 
-    Each turn's context must extend the previous turn's context with that turn's assistant
-    message (and then whatever came back). `end_of_turn_id` defaults to the tokenizer's eos.
+    Raises ValueError naming the first turn whose prompt does not extend the sequence; use
+    `plan_episode` to score such episodes in several passes instead.
     """
-    eot = tokenizer.eos_token_id if end_of_turn_id is None else int(end_of_turn_id)
-    ids: list[int] = []
-    spans: list[tuple[int, int]] = []
-    prev: EpisodeTurn | None = None
-    for t, turn in enumerate(turns):
-        ctx = [dict(m) for m in turn.context_messages]
-        student = [int(i) for i in turn.student_ids]
-        shown = [*ctx, dict(turn.hint_message)] if turn.hint_message is not None else ctx
-        full = render_ids(tokenizer, shown, tools, add_generation_prompt=True)
-        if prev is None:
-            segment = full
-        else:
-            k = len(prev.context_messages)
-            if len(ctx) <= k or ctx[:k] != [dict(m) for m in prev.context_messages] \
-                    or ctx[k].get("role") != "assistant":
-                raise ValueError(f"episode turn {t}: its context must extend turn {t - 1}'s "
-                                 f"context with turn {t - 1}'s assistant message")
-            before = render_ids(tokenizer, ctx[:k], tools, add_generation_prompt=True)
-            through = render_ids(tokenizer, ctx[:k + 1], tools, add_generation_prompt=False)
-            _require_prefix(before, through, f"turn {t - 1}'s prompt vs its assistant message")
-            _require_prefix(through, full, f"turn {t - 1}'s assistant message vs turn {t}'s "
-                                           "prompt")
-            tail = _closing_tail(through[len(before):], [int(i) for i in prev.student_ids], eot)
-            segment = tail + full[len(through):]
-        start = len(ids) + len(segment)
-        ids += segment + student
-        spans.append((start, start + len(student)))
-        prev = turn
-    return ids, spans
-
-
-def _closing_tail(block: list[int], student: list[int], eot: int | None) -> list[int]:
-    """Rendered tokens that close an assistant turn after what the student actually sampled."""
-    if block[:len(student)] == student:
-        return block[len(student):]
-    if eot is None or eot not in block:
-        return []
-    last = len(block) - 1 - block[::-1].index(eot)
-    return block[last + 1:] if student and student[-1] == eot else block[last:]
+    plan = plan_episode(tokenizer, turns, tools)
+    if len(plan.passes) > 1:
+        breaking = plan.passes[1].turns[0]
+        raise ValueError(f"episode turn {breaking}: its context must extend the earlier turns' "
+                         f"sequence: {plan.notes[breaking]}")
+    return plan.passes[0].ids, plan.passes[0].spans
 
 
 def check_same_tokenizer(a: Any, b: Any) -> None:

@@ -20,11 +20,12 @@ from typing import Any, Literal
 import numpy as np
 
 from opd_gym.opd.chat import (
+    BREAKS,
     PLACEMENTS,
     EpisodeTurn,
-    build_episode_ids,
     build_teacher_ids,
     make_hint_message,
+    plan_episode,
 )
 from opd_gym.opd.copyguard import COPY_GUARDS, copied_positions
 from opd_gym.opd.judges import Verdict, as_verdict
@@ -62,6 +63,7 @@ class Scorer:
         judge_workers: int = 4,
         copy_guard: str = "mask",
         copy_min_words: int = 4,
+        on_history_rewrite: str = "split",
     ) -> None:
         if scope not in SCOPES:
             raise ValueError(f"hint scope must be one of {SCOPES}, got {scope!r}")
@@ -76,6 +78,10 @@ class Scorer:
             raise ValueError(f"copy_guard must be one of {COPY_GUARDS}, got {copy_guard!r}")
         if copy_min_words < 1:
             raise ValueError("copy_min_words must be >= 1")
+        if on_history_rewrite not in BREAKS:
+            raise ValueError(f"on_history_rewrite must be one of {BREAKS}, "
+                             f"got {on_history_rewrite!r}")
+        self.on_history_rewrite = on_history_rewrite
         self.copy_guard = copy_guard
         self.copy_min_words = copy_min_words
         self.teacher = teacher
@@ -151,18 +157,29 @@ class Scorer:
         hint = judged.verdict.hint
         return make_hint_message(hint) if hint else None
 
-    def _request(self, judged: Judged) -> ScoreRequest:
+    def _request(self, judged: Judged) -> tuple[ScoreRequest, str]:
+        """The turn-scope teacher input and a note saying which context it is built on."""
         sample = judged.sample
-        ids, span = build_teacher_ids(
-            self.teacher.tokenizer,
-            sample.context,
-            sample.tools,
-            self._hint_message(judged),
-            judged.student_ids,
-            placement=self.placement,
-            context_ids=sample.prompt_ids,
-        )
-        return ScoreRequest(ids, [span])
+        hint = self._hint_message(judged)
+        exact = sample.prompt_ids is not None
+        note = "turn, from the student's prompt ids" if exact else \
+            "turn, from the rendered messages (no prompt ids)"
+        try:
+            ids, span = build_teacher_ids(
+                self.teacher.tokenizer, sample.context, sample.tools, hint, judged.student_ids,
+                placement=self.placement, context_ids=sample.prompt_ids,
+            )
+        except ValueError as exc:
+            if not exact or hint is None or self.placement != "before_turn":
+                raise
+            # The template rewrites the history when the hint message is added: the teacher
+            # gets the template's rendering of the messages plus the hint, and the record says so.
+            ids, span = build_teacher_ids(
+                self.teacher.tokenizer, sample.context, sample.tools, hint, judged.student_ids,
+                placement=self.placement,
+            )
+            note = f"turn, from the rendered messages plus the hint ({exc})"
+        return ScoreRequest(ids, [span]), note
 
     def score(self, judged: Sequence[Judged]) -> list[OPDRecord]:
         """Records for judged turns, in order; failures become unscored records with `error`."""
@@ -182,7 +199,7 @@ class Scorer:
         return [r for r in records if r is not None]
 
     def _score_turns(self, judged, todo, records) -> None:
-        requests: dict[int, ScoreRequest] = {}
+        requests: dict[int, tuple[ScoreRequest, str]] = {}
         for i in todo:
             try:
                 requests[i] = self._request(judged[i])
@@ -191,29 +208,40 @@ class Scorer:
         order = list(requests)
         started = time.perf_counter()
         try:
-            results = self.teacher.score([requests[i] for i in order], self.topk)
+            results = self.teacher.score([requests[i][0] for i in order], self.topk)
         except Exception as exc:
             self._fail(judged, order, records, exc)
             return
         spent = (time.perf_counter() - started) / max(len(order), 1)
         for i, spans in zip(order, results, strict=True):
-            records[i] = self._record(judged[i], spans[0], spent)
+            hints = [judged[i].verdict.hint] if judged[i].verdict.hint else []
+            records[i] = self._record(judged[i], spans[0], spent, requests[i][1], hints)
 
     def _score_episode(self, judged, todo, records) -> None:
         turns = [
-            EpisodeTurn(item.sample.context, item.student_ids, self._hint_message(item))
+            EpisodeTurn(item.sample.context, item.student_ids, self._hint_message(item),
+                        prompt_ids=item.sample.prompt_ids)
             for item in judged
         ]
         started = time.perf_counter()
         try:
-            ids, spans = build_episode_ids(self.teacher.tokenizer, turns, judged[0].sample.tools)
-            results = self.teacher.score([ScoreRequest(ids, spans)], self.topk)[0]
+            plan = plan_episode(self.teacher.tokenizer, turns, judged[0].sample.tools,
+                                on_break=self.on_history_rewrite)
+            requests = [ScoreRequest(p.ids, p.spans) for p in plan.passes]
+            results = self.teacher.score(requests, self.topk)
         except Exception as exc:
             self._fail(judged, todo, records, exc)
             return
         spent = (time.perf_counter() - started) / max(len(todo), 1)
+        where = {t: (p, k) for p, one in enumerate(plan.passes) for k, t in enumerate(one.turns)}
         for i in todo:
-            records[i] = self._record(judged[i], results[i], spent)
+            if i in plan.refused:
+                records[i] = self._unscored(judged[i], f"history rewritten: {plan.refused[i]}")
+                continue
+            p, k = where[i]
+            seen = [judged[t].verdict.hint for t in plan.passes[p].turns[:k + 1]]
+            records[i] = self._record(judged[i], results[p][k], spent, plan.notes[i],
+                                      [h for h in seen if h])
 
     def _fail(self, judged, indices, records, exc: Exception) -> None:
         """A teacher failure leaves these turns unscored, saying why; nothing is lost."""
@@ -221,11 +249,19 @@ class Scorer:
             records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}")
 
     def _record(
-        self, judged: Judged, scores: Any, teacher_seconds: float, context: str = ""
+        self,
+        judged: Judged,
+        scores: Any,
+        teacher_seconds: float,
+        context: str = "",
+        hints: Sequence[str] = (),
     ) -> OPDRecord:
-        copied = copied_positions(
-            self.teacher.tokenizer, judged.student_ids, judged.verdict.hint, self.copy_min_words
-        )
+        """A scored record; positions reproducing any hint the teacher saw are copy-guarded."""
+        copied = np.zeros(len(judged.student_ids), np.bool_)
+        for hint in hints:
+            copied |= copied_positions(
+                self.teacher.tokenizer, judged.student_ids, hint, self.copy_min_words
+            )
         if self.copy_guard == "mask" and copied.any():
             scores = _without_rows(scores, copied)
         return OPDRecord.from_scores(

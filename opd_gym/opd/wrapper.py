@@ -68,6 +68,9 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         copy_guard: "mask" (default): response positions that reproduce `copy_min_words`
             consecutive words of the hint carry no teacher signal (the student must not be
             rewarded for writing its own hint); "keep": only report them (`record.copied`).
+        on_history_rewrite: episode scope, when a turn's prompt does not extend the sequence
+            of the turns before it: "split" scores it from its own prompt (a new pass) and
+            says so in `record.context`; "refuse" leaves it unscored.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         student_tokenizer: Any = None,
         copy_guard: str = "mask",
         copy_min_words: int = 4,
+        on_history_rewrite: str = "split",
     ) -> None:
         args = {
             "teacher": teacher,
@@ -110,6 +114,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "student_tokenizer": student_tokenizer,
             "copy_guard": copy_guard,
             "copy_min_words": copy_min_words,
+            "on_history_rewrite": on_history_rewrite,
         }
         # Objects (a loaded teacher, a judge function) are kept as they are, not deep-copied.
         gym.utils.RecordConstructorArgs.__init__(
@@ -162,6 +167,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 judge_workers=cfg["judge_workers"],
                 copy_guard=cfg["copy_guard"],
                 copy_min_words=cfg["copy_min_words"],
+                on_history_rewrite=cfg["on_history_rewrite"],
             )
         return self._scorer
 

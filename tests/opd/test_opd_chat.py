@@ -12,6 +12,7 @@ from opd_gym.opd.chat import (
     build_teacher_ids,
     check_same_tokenizer,
     make_hint_message,
+    plan_episode,
     render_ids,
 )
 
@@ -94,22 +95,67 @@ def test_episode_with_hints_inserts_each_before_its_turn(tiny_tokenizer, tools, 
     assert ids[:spans[0][1]] == first and span == spans[0]
 
 
-def test_episode_keeps_sampled_ids_and_closes_cut_turns(tiny_tokenizer, tools, episode):
+def test_episode_never_guesses_a_tail_for_ids_the_template_would_not_render(
+        tiny_tokenizer, tools, episode):
     turns, _ = episode
     eos = tiny_tokenizer.eos_token_id
     sampled = [9, 10, 11, eos]  # differs from the template's rendering of that message
     cut = [12, 13]  # truncated: no end-of-turn token
     changed = [EpisodeTurn(turns[0].context_messages, sampled),
                EpisodeTurn(turns[1].context_messages, cut),
-               turns[2]]
-    ids, spans = build_episode_ids(tiny_tokenizer, changed, tools)
-    (s0, e0), (s1, e1), (s2, _) = spans
-    assert ids[s0:e0] == sampled and ids[s1:e1] == cut
-    newline = tiny_tokenizer.encode("\n")
-    assert ids[e0:e0 + len(newline)] == newline  # only the unsampled tail after <|im_end|>
-    assert ids[e1] == eos  # the cut turn is closed before the tool result follows
-    assert tiny_tokenizer.decode(ids[e1:s2]).startswith("<|im_end|>\n<|im_start|>user\n"
-                                                        "<tool_response>")
+               turns[2], turns[3]]
+    plan = plan_episode(tiny_tokenizer, changed, tools)
+    # turn 1's rendered prompt does not extend P_0 + sampled, nor turn 2's P_1 + cut: each
+    # starts a new pass from its own prompt, said per turn; turn 3 extends turn 2 again
+    assert [p.turns for p in plan.passes] == [[0], [1], [2, 3]]
+    for t in (1, 2):
+        assert "does not extend the sequence" in plan.notes[t] and "new pass" in plan.notes[t]
+    assert "new pass" not in plan.notes[3] and "rendered messages" in plan.notes[3]
+    for p in plan.passes:
+        first = changed[p.turns[0]]
+        want, span = build_teacher_ids(tiny_tokenizer, first.context_messages, tools, None,
+                                       first.student_ids)
+        assert p.ids[:span[1]] == want and p.spans[0] == span  # exactly the turn-scope input
+        for t, (s, e) in zip(p.turns, p.spans, strict=True):
+            assert p.ids[s:e] == list(changed[t].student_ids)
+    refused = plan_episode(tiny_tokenizer, changed, tools, on_break="refuse")
+    assert sorted(refused.refused) == [1, 2]
+    with pytest.raises(ValueError, match="must extend"):
+        build_episode_ids(tiny_tokenizer, changed, tools)
+
+
+def test_episode_from_prompt_ids_equals_the_students_contexts(tiny_tokenizer, tools, episode):
+    turns, hints = episode
+    # prompt ids that differ from any rendering (a non-canonical split of the system text):
+    # the one-pass sequence must be built from them, not from the template
+    odd = tiny_tokenizer.encode(" x", add_special_tokens=False)
+    prompts, sequence = [], []
+    for t, turn in enumerate(turns):
+        rendered = render_ids(tiny_tokenizer, turn.context_messages, tools,
+                              add_generation_prompt=True)
+        if t == 0:
+            prompt = odd + rendered
+        else:
+            prompt = sequence + rendered[len(render_ids(
+                tiny_tokenizer, turns[t - 1].context_messages, tools,
+                add_generation_prompt=True)) + len(turns[t - 1].student_ids):]
+        prompts.append(prompt)
+        sequence = prompt + list(turn.student_ids)
+    exact = [EpisodeTurn(t.context_messages, t.student_ids, prompt_ids=p)
+             for t, p in zip(turns, prompts, strict=True)]
+    plan = plan_episode(tiny_tokenizer, exact, tools)
+    assert len(plan.passes) == 1 and plan.passes[0].ids == sequence
+    assert all("prompt ids" in note for note in plan.notes.values())
+    hinted = [EpisodeTurn(t.context_messages, t.student_ids, h, prompt_ids=t.prompt_ids)
+              for t, h in zip(exact, hints, strict=True)]
+    (one,) = plan_episode(tiny_tokenizer, hinted, tools).passes
+    assert one.ids[:len(odd)] == odd and tiny_tokenizer.decode(one.ids).count(HINT_PREFIX) == 4
+    # a prompt that rewrites an earlier turn (e.g. drops its thinking) starts a new pass
+    rewritten = [*exact[:2], EpisodeTurn(exact[2].context_messages, exact[2].student_ids,
+                                         prompt_ids=prompts[2][len(odd):])]
+    plan = plan_episode(tiny_tokenizer, rewritten, tools)
+    assert [p.turns for p in plan.passes] == [[0, 1], [2]]
+    assert plan.passes[1].ids == prompts[2][len(odd):] + list(exact[2].student_ids)
 
 
 def test_episode_rejects_non_extending_contexts(tiny_tokenizer, tools, episode):
