@@ -21,6 +21,10 @@ class SandboxDied(SandboxError):
     """The sandbox went away mid-episode (container killed, helper crashed, OOM...)."""
 
 
+class SandboxProtocolError(SandboxDied):
+    """The helper's reply was malformed, oversized or inconsistent: the sandbox is unusable."""
+
+
 class SandboxTimeout(SandboxError):
     """The sandbox did not answer a request in time (distinct from a command timing out)."""
 
@@ -55,9 +59,25 @@ class RunResult:
 
 @dataclass(frozen=True, slots=True)
 class DirEntry:
+    """One directory entry; `other` is a FIFO, socket or device."""
+
     name: str
-    type: Literal["file", "dir", "symlink"]
+    type: Literal["file", "dir", "symlink", "other"]
     size: int
+
+
+class Snapshot(dict[str, bytes]):
+    """A workspace snapshot (path -> bytes) that also says what it left out and why.
+
+    `skipped` holds up to 100 notes "path: reason" (over the per-file limit, symlink, not a
+    regular file, unreadable, too deep...); `skipped_count` is the exact number left out.
+    """
+
+    def __init__(self, files: dict[str, bytes] | None = None, skipped: list[str] | None = None,
+                 skipped_count: int = 0) -> None:
+        super().__init__(files or {})
+        self.skipped = list(skipped or [])
+        self.skipped_count = skipped_count
 
 
 @runtime_checkable
@@ -76,7 +96,7 @@ class Sandbox(Protocol):
 
     def list_dir(self, path: str = ".") -> list[DirEntry]: ...
 
-    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000) -> dict[str, bytes]: ...
+    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000) -> Snapshot: ...
 
     @property
     def alive(self) -> bool: ...

@@ -20,10 +20,19 @@ LABEL = "opd_gym.sandbox"
 
 @dataclass(frozen=True)
 class DockerConfig:
-    """Container settings; the defaults are the hardened set (no network, no caps, read-only)."""
+    """Container settings; the defaults are the hardened set (no network, read-only, 3 caps).
+
+    `user` is the agent's uid:gid: every command and file operation of the agent runs as it,
+    with no supplementary groups and no capabilities. The in-container helper (the channel
+    the host trusts) runs as `helper_user` (root), whose only capabilities are `cap_add`: no
+    agent process can signal, trace or write to it, while it can start the agent's processes
+    under `user` and kill them. `cap_add` must keep SETUID, SETGID and KILL (the grading
+    harness, also root, needs them for the same reasons).
+    """
 
     image: str = DEFAULT_IMAGE
     user: str = "1000:1000"  # the agent's uid:gid (its commands and the workspace owner)
+    helper_user: str = "0:0"  # the in-container helper; equal to `user`: no separation
     # The container's own user. Root (with no capabilities beyond cap_add) so that processes
     # exec'd as root get cap_add: Docker gives execs no capabilities in a non-root container.
     container_user: str = "0:0"
@@ -145,13 +154,17 @@ class DockerSandbox(HelperSandbox):
                     **cfg.run_kwargs(),
                 )
                 self.container.start()
+                argv = ["python3", "-u", "-I", "-c", helper_source(), cfg.workspace,
+                        "/tmp/.opd_state"]
+                if cfg.helper_user != cfg.user:  # privilege-separated: the agent runs as user
+                    argv.append(cfg.user)
                 exec_id = client.api.exec_create(
                     self.container.id,
-                    ["python3", "-u", "-c", helper_source(), cfg.workspace, "/tmp/.opd_state"],
+                    argv,
                     stdin=True,
                     stdout=True,
                     stderr=True,
-                    user=cfg.user,
+                    user=cfg.helper_user,
                     workdir=cfg.workspace,
                 )["Id"]
                 raw = client.api.exec_start(exec_id, socket=True)

@@ -3,12 +3,29 @@
 Every backend starts the same helper once per sandbox and talks JSON lines to it, so the
 behaviour (persistent shell, timeouts, output caps, path confinement) is identical across
 Docker, bubblewrap and local; backends differ only in how the helper process is reached.
+
+Trust: the host never believes a reply it has not checked. Each reply line is capped in size
+(a cap derived from the request's own limits, so an endless line cannot grow this process),
+must be one JSON object echoing the request's id, and must have exactly the shape and the
+bounds its op allows (a read never returns more than was asked for, a snapshot never more
+files or bytes than its limits, paths stay relative...). Anything else raises
+`SandboxProtocolError` (a `SandboxDied`: the env ends the episode with the reason) and the
+sandbox is unusable from then on.
+
+Backends differ in who can write to the reply stream. Docker runs the helper as root and the
+agent as another uid, so no agent process can open the helper's stdout: replies are the
+helper's own. bubblewrap and local run helper and agent as one uid; the helper makes itself
+non-dumpable (which closes /proc/<helper>/fd to processes without CAP_SYS_PTRACE), but a
+process with that capability (e.g. a local backend run as root) could still write forged
+replies that pass these checks: use Docker when the agent is untrusted.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import math
 import os
 import select
 import socket
@@ -30,12 +47,23 @@ from opd_gym.sandboxes.base import (
     SandboxDied,
     SandboxError,
     SandboxFileNotFound,
+    SandboxProtocolError,
     SandboxTimeout,
+    Snapshot,
 )
 
-# Time the host allows the helper beyond a command's own timeout before declaring it hung.
-REPLY_MARGIN = 15.0
+# Time the host allows the helper beyond a command's own timeout before declaring it hung
+# (starting a command may retry a dead shell for up to 2 x 10 s, collecting its status 10 s).
+REPLY_MARGIN = 45.0
 ERRORS = {"path": PathRefused, "size": FileTooLarge, "notfound": SandboxFileNotFound}
+SMALL_REPLY = 64 << 10  # cap on replies that carry no data (ping, write, errors)
+MAX_ERROR_CHARS = 2000
+MAX_LS_ENTRIES = 2000  # the helper lists at most this many entries
+MAX_SKIPPED = 100  # the helper returns at most this many skipped-path notes
+MAX_NOTE_CHARS = 300
+MAX_FRAME = 1 << 24  # a Docker exec stream frame larger than this is corrupt
+MAX_TIMEOUT = 86400.0
+ENTRY_TYPES = ("file", "dir", "symlink", "other")
 
 
 @cache
@@ -45,7 +73,26 @@ def helper_source() -> str:
 
 
 def elide_marker(n: int) -> str:
+    """The marker put between the head and tail of truncated output."""
     return f"\n... [{n} bytes elided] ...\n"
+
+
+def run_reply_limit(output_cap: int) -> int:
+    """Longest valid `run` reply line: head + tail, each byte at worst a 6-char JSON escape."""
+    return 6 * output_cap + SMALL_REPLY
+
+
+def data_reply_limit(max_bytes: int) -> int:
+    """Longest valid reply carrying `max_bytes` of base64 data."""
+    return 4 * max_bytes // 3 + SMALL_REPLY
+
+
+def snapshot_reply_limit(max_bytes: int, max_files: int) -> int:
+    """Longest valid `snapshot` reply: base64 data and JSON paths share one byte budget."""
+    return 4 * max_bytes // 3 + 8 * max_files + MAX_SKIPPED * 6 * MAX_NOTE_CHARS + SMALL_REPLY
+
+
+LS_REPLY_LIMIT = MAX_LS_ENTRIES * (6 * 255 + 64) + SMALL_REPLY
 
 
 class Transport(ABC):
@@ -55,27 +102,37 @@ class Transport(ABC):
         self._buf = bytearray()
 
     @abstractmethod
-    def send(self, data: bytes) -> None: ...
+    def send(self, data: bytes) -> None:
+        """Write bytes to the helper's stdin."""
 
     @abstractmethod
     def _read_some(self, timeout: float) -> bytes | None:
         """Next stdout bytes; b'' at end of stream, None if nothing arrived in `timeout`."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the stream (the helper then kills the agent's processes and exits)."""
 
     def diagnostics(self) -> str:
         """Whatever the helper wrote to stderr, for error messages."""
         return ""
 
-    def recv_line(self, timeout: float) -> bytes:
+    def recv_line(self, timeout: float, limit: int = SMALL_REPLY) -> bytes:
+        """The next line (without newline); SandboxProtocolError once it exceeds `limit`."""
         deadline = time.monotonic() + timeout
+        scanned = 0
         while True:
-            nl = self._buf.find(b"\n")
+            nl = self._buf.find(b"\n", scanned)
+            if nl > limit or (nl < 0 and len(self._buf) > limit):
+                self._buf.clear()
+                raise SandboxProtocolError(
+                    f"the sandbox helper sent a reply line over the {limit}-byte cap"
+                )
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[: nl + 1]
                 return line
+            scanned = len(self._buf)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise SandboxTimeout(f"the sandbox helper did not answer within {timeout:.0f} s")
@@ -118,14 +175,18 @@ class PipeTransport(Transport):
         return os.read(self.proc.stdout.fileno(), 1 << 20)
 
     def diagnostics(self) -> str:
-        try:
-            self._err += self.proc.stderr.read() or b""
-        except (OSError, ValueError):
-            pass
+        for _ in range(16):  # bounded: a writer that never stops cannot keep us here
+            try:
+                chunk = os.read(self.proc.stderr.fileno(), 65536)
+            except (OSError, ValueError):
+                break
+            if not chunk:
+                break
+            self._err = (self._err + chunk)[-4000:]
         return self._err[-2000:].decode("utf-8", "replace").strip()
 
     def close(self) -> None:
-        try:  # EOF on stdin asks the helper to kill its background jobs and exit
+        try:  # EOF on stdin asks the helper to kill the agent's processes and exit
             self.proc.stdin.close()
             self.proc.wait(timeout=2)
         except (OSError, ValueError, subprocess.TimeoutExpired):
@@ -177,6 +238,8 @@ class DockerExecTransport(Transport):
             # Frames: 1 byte stream id, 3 zero bytes, 4-byte big-endian length, payload.
             while len(self._raw) >= 8:
                 size = int.from_bytes(self._raw[4:8], "big")
+                if size > MAX_FRAME or self._raw[0] not in (0, 1, 2):
+                    raise SandboxProtocolError("the sandbox's exec stream is corrupt")
                 if len(self._raw) < 8 + size:
                     break
                 stream, payload = self._raw[0], bytes(self._raw[8 : 8 + size])
@@ -198,6 +261,107 @@ class DockerExecTransport(Transport):
         self.sock.close()
 
 
+# -- reply checks ----------------------------------------------------------------------------
+class BadReply(Exception):
+    """A reply that does not have the shape or bounds its op allows."""
+
+
+def _need(condition: bool, why: str) -> None:
+    if not condition:
+        raise BadReply(why)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(reply: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = reply.get(key)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind) and not isinstance(value, bool)
+    _need(ok, f"field {key!r} is missing or of the wrong type")
+    return value
+
+
+def _count(reply: dict[str, Any], key: str, high: int = 1 << 62) -> int:
+    value = _field(reply, key, int)
+    _need(0 <= value <= high, f"field {key!r} is out of range")
+    return value
+
+
+def _b64(text: Any, limit: int, what: str) -> bytes:
+    _need(isinstance(text, str) and len(text) <= 4 * limit // 3 + 4, f"{what} is not data")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadReply(f"{what} is not valid base64") from None
+    _need(len(data) <= limit, f"{what} is larger than the {limit}-byte limit")
+    return data
+
+
+def _relative_path(path: Any) -> bool:
+    if not isinstance(path, str) or not path or "\x00" in path or len(path) > 4096:
+        return False
+    parts = path.split("/")
+    return all(p not in ("", ".", "..") for p in parts)
+
+
+def check_run(reply: dict[str, Any], output_cap: int) -> RunResult:
+    """A RunResult from a `run` reply, or BadReply."""
+    head, tail = _field(reply, "head", str), _field(reply, "tail", str)
+    _need(len(head) + len(tail) <= output_cap, "more output than the output cap")
+    total, elided = _count(reply, "total"), _count(reply, "elided")
+    _need(elided <= total, "more bytes elided than produced")
+    code = _field(reply, "exit_code", int)
+    _need(-(1 << 31) <= code < (1 << 31), "exit code out of range")
+    timed_out = _field(reply, "timed_out", bool)
+    duration = float(_field(reply, "duration", (int, float)))
+    _need(math.isfinite(duration) and 0 <= duration <= 2 * MAX_TIMEOUT, "bad duration")
+    output = head + (elide_marker(elided) if elided > 0 else "") + tail
+    return RunResult(exit_code=code, output=output, timed_out=timed_out, truncated=elided > 0,
+                     duration=duration, output_bytes=total)
+
+
+def check_entries(reply: dict[str, Any]) -> list[DirEntry]:
+    """DirEntries from an `ls` reply, or BadReply."""
+    entries = _field(reply, "entries", list)
+    _need(len(entries) <= MAX_LS_ENTRIES, "too many entries")
+    out = []
+    for entry in entries:
+        _need(isinstance(entry, dict) and set(entry) == {"name", "type", "size"}, "bad entry")
+        name = entry["name"]
+        _need(isinstance(name, str) and 0 < len(name) <= 255 and "/" not in name
+              and "\x00" not in name and name not in (".", ".."), "bad entry name")
+        _need(entry["type"] in ENTRY_TYPES, "bad entry type")
+        _need(_is_int(entry["size"]) and entry["size"] >= 0, "bad entry size")
+        out.append(DirEntry(name=name, type=entry["type"], size=entry["size"]))
+    return out
+
+
+def check_snapshot(reply: dict[str, Any], max_bytes: int, max_files: int,
+                   max_file_bytes: int) -> Snapshot:
+    """A Snapshot from a `snapshot` reply, or BadReply."""
+    files = _field(reply, "files", dict)
+    _need(len(files) <= max_files, "more files than the snapshot limit")
+    out: dict[str, bytes] = {}
+    used = 0
+    for path, text in files.items():
+        _need(_relative_path(path), "a snapshot path is not a plain relative path")
+        data = _b64(text, max_file_bytes, "a snapshot file")
+        used += len(data)
+        _need(used <= max_bytes, "more bytes than the snapshot limit")
+        out[path] = data
+    skipped = _field(reply, "skipped", list)
+    _need(len(skipped) <= MAX_SKIPPED, "too many skipped notes")
+    _need(all(isinstance(n, str) and len(n) <= MAX_NOTE_CHARS for n in skipped),
+          "bad skipped note")
+    count = _count(reply, "skipped_count")
+    _need(count >= len(skipped), "skipped count below the notes given")
+    return Snapshot(out, skipped, count)
+
+
 class HelperSandbox(ABC):
     """A Sandbox implemented over the helper protocol; subclasses provide the transport."""
 
@@ -213,9 +377,13 @@ class HelperSandbox(ABC):
         self.output_cap = output_cap
         self.file_cap = file_cap
         self.default_timeout = default_timeout
+        self.helper_pid: int | None = None
+        self.separated = False  # True when the agent runs under a uid other than the helper's
         self._transport: Transport | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._broken: str | None = None
+        self._next_id = 0
 
     # -- backend hooks -------------------------------------------------------------------
     @abstractmethod
@@ -232,25 +400,28 @@ class HelperSandbox(ABC):
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the isolation unit and the helper; waits for the helper's ready line."""
         if self._transport is not None:
             return
         if self._closed:
             raise SandboxError("this sandbox was closed; create a new one")
         transport = self._open()
         try:
-            ready = json.loads(transport.recv_line(60.0))
-        except (SandboxError, ValueError) as exc:
+            ready = json.loads(transport.recv_line(60.0, SMALL_REPLY))
+            _need(isinstance(ready, dict) and ready.get("ready") is True, "not a ready line")
+            self.helper_pid = _count(ready, "pid")
+            self.separated = ready.get("separated") is True
+        except (SandboxError, ValueError, RecursionError, BadReply) as exc:
             detail = transport.diagnostics()
             transport.close()
             self._teardown()
             raise SandboxError(f"the sandbox helper failed to start: {exc}. {detail}") from None
-        if not ready.get("ready"):
-            raise SandboxError(f"unexpected first message from the sandbox helper: {ready}")
         self._transport = transport
 
     @property
     def alive(self) -> bool:
-        if self._transport is None or self._closed:
+        """True if the helper answers a ping."""
+        if self._transport is None or self._closed or self._broken:
             return False
         try:
             self._call({"op": "ping"}, timeout=5.0)
@@ -259,6 +430,7 @@ class HelperSandbox(ABC):
             return False
 
     def close(self) -> None:
+        """Stop the helper (it kills the agent's processes) and destroy the sandbox."""
         if self._closed:
             return
         self._closed = True
@@ -287,48 +459,104 @@ class HelperSandbox(ABC):
             pass
 
     # -- requests --------------------------------------------------------------------------
-    def _call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _fail(self, transport: Transport, reason: str) -> SandboxProtocolError:
+        """Mark the sandbox unusable (its stream may be out of step) and say why."""
+        self._broken = reason
+        try:
+            transport.close()
+        except Exception:
+            pass
+        return SandboxProtocolError(f"{reason}: the sandbox cannot be trusted any more")
+
+    def _call(self, request: dict[str, Any], timeout: float,
+              limit: int = SMALL_REPLY) -> dict[str, Any]:
+        """Send one request; the checked reply object (ok=True), or the error it stands for."""
+        if self._broken:
+            raise SandboxDied(f"the sandbox is unusable: {self._broken}")
         if self._transport is None:
             if self._closed:
                 raise SandboxError("this sandbox is closed")
             self.start()
         transport = self._transport
         assert transport is not None
+        op = request.get("op")
         with self._lock:
+            self._next_id += 1
+            rid = self._next_id
             try:
-                transport.send(json.dumps(request).encode() + b"\n")
-                reply = json.loads(transport.recv_line(timeout))
+                transport.send(json.dumps({**request, "id": rid}).encode() + b"\n")
+                line = transport.recv_line(timeout, limit)
+            except SandboxProtocolError as exc:
+                raise self._fail(transport, str(exc)) from None
+            except SandboxTimeout:
+                self._broken = f"no answer to a {op} request in time"
+                raise
             except (SandboxDied, OSError, ValueError) as exc:
                 if self._closed:
                     raise SandboxError("the sandbox was closed while a request ran") from None
+                self._broken = "the sandbox died"
                 reason = self._death_reason() or transport.diagnostics()
                 raise SandboxDied(
                     f"{exc}: the sandbox died mid-episode. {reason}".strip()
                 ) from None
-        if not reply.get("ok"):
-            raise ERRORS.get(reply.get("kind"), SandboxError)(reply.get("error", "unknown error"))
+            try:
+                reply = json.loads(line)
+            except (ValueError, RecursionError):
+                raise self._fail(transport, f"the sandbox helper's reply to {op} is not JSON"
+                                 ) from None
+            if not isinstance(reply, dict) or reply.get("id") != rid:
+                raise self._fail(transport, f"the sandbox helper's reply to {op} is out of step")
+            ok = reply.get("ok")
+            if ok is False:
+                kind, error = reply.get("kind"), reply.get("error")
+                if not isinstance(kind, str) or not isinstance(error, str):
+                    raise self._fail(transport, f"the sandbox helper's error for {op} is malformed")
+                raise ERRORS.get(kind, SandboxError)(error[:MAX_ERROR_CHARS])
+            if ok is not True:
+                raise self._fail(transport, f"the sandbox helper's reply to {op} has no status")
         return reply
+
+    def _checked(self, op: str, reply: dict[str, Any], check: Any, *args: Any) -> Any:
+        """Apply a reply check; a BadReply makes the sandbox unusable."""
+        try:
+            return check(reply, *args)
+        except BadReply as exc:
+            transport = self._transport
+            self._broken = f"invalid reply to {op}: {exc}"
+            if transport is not None:
+                try:
+                    transport.close()
+                except Exception:
+                    pass
+            raise SandboxProtocolError(
+                f"the sandbox helper sent an invalid reply to {op} ({exc}): the sandbox cannot be "
+                "trusted any more"
+            ) from None
 
     def run(self, command: str, timeout: float | None = None) -> RunResult:
         """Run `command` in the persistent shell; never raises for the command's own failure."""
         timeout = float(timeout if timeout is not None else self.default_timeout)
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise SandboxError("timeout must be a positive number of seconds")
+        timeout = min(timeout, MAX_TIMEOUT)
         reply = self._call(
             {"op": "run", "cmd": command, "timeout": timeout, "cap": self.output_cap},
             timeout=timeout + REPLY_MARGIN,
+            limit=run_reply_limit(self.output_cap),
         )
-        elided = reply["elided"]
-        output = reply["head"] + (elide_marker(elided) if elided > 0 else "") + reply["tail"]
-        return RunResult(
-            exit_code=reply["exit_code"],
-            output=output,
-            timed_out=reply["timed_out"],
-            truncated=elided > 0,
-            duration=reply["duration"],
-            output_bytes=reply["total"],
-        )
+        return self._checked("run", reply, check_run, self.output_cap)
 
     def write_file(self, path: str, content: str | bytes, mode: int | None = None) -> None:
-        data = content.encode() if isinstance(content, str) else bytes(content)
+        """Create or replace a regular file in the workspace (parents are created)."""
+        if isinstance(content, str):
+            try:
+                data = content.encode()
+            except UnicodeEncodeError as exc:
+                raise SandboxError(
+                    f"the content is not valid Unicode text ({exc.reason} at {exc.start})"
+                ) from None
+        else:
+            data = bytes(content)
         if len(data) > self.file_cap:
             raise FileTooLarge(f"content is {len(data)} bytes, over the {self.file_cap}-byte limit")
         request = {
@@ -338,18 +566,45 @@ class HelperSandbox(ABC):
             "max_bytes": self.file_cap,
             "mode": mode,
         }
-        self._call(request, timeout=60.0)
+        reply = self._call(request, timeout=60.0)
+
+        def check(reply: dict[str, Any]) -> None:
+            _need(_count(reply, "size") == len(data), "wrote a different size")
+
+        self._checked("write", reply, check)
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
-        request = {"op": "read", "path": path, "max_bytes": max_bytes or self.file_cap}
-        return base64.b64decode(self._call(request, timeout=60.0)["data"])
+        """The bytes of a regular file in the workspace (FileTooLarge over `max_bytes`)."""
+        limit = max_bytes or self.file_cap
+        request = {"op": "read", "path": path, "max_bytes": limit}
+        reply = self._call(request, timeout=60.0, limit=data_reply_limit(limit))
+
+        def check(reply: dict[str, Any]) -> bytes:
+            data = _b64(reply.get("data"), limit, "the file data")
+            _need(_count(reply, "size") == len(data), "size disagrees with the data")
+            return data
+
+        return self._checked("read", reply, check)
 
     def list_dir(self, path: str = ".") -> list[DirEntry]:
-        entries = self._call({"op": "ls", "path": path}, timeout=30.0)["entries"]
-        return [DirEntry(**e) for e in entries]
+        """The entries of a workspace directory (at most 2000, sorted by name)."""
+        reply = self._call({"op": "ls", "path": path}, timeout=30.0, limit=LS_REPLY_LIMIT)
+        return self._checked("ls", reply, check_entries)
 
-    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000) -> dict[str, bytes]:
-        """Every regular file of the workspace (path -> bytes), e.g. to grade elsewhere."""
-        request = {"op": "snapshot", "max_bytes": max_bytes, "max_files": max_files}
-        files = self._call(request, timeout=120.0)["files"]
-        return {path: base64.b64decode(data) for path, data in files.items()}
+    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000,
+                 max_file_bytes: int | None = None, stop_processes: bool = True) -> Snapshot:
+        """Every regular file of the workspace (path -> bytes), e.g. to grade elsewhere.
+
+        Every process of the agent is killed first (`stop_processes`), so nothing changes the
+        workspace during or after the snapshot. A file over `max_file_bytes` (default: this
+        sandbox's `file_cap`, the largest file `write_file` accepts, so every file returned
+        can be written into another sandbox) is left out with a note in `Snapshot.skipped`;
+        so are symlinks, non-regular or unreadable files, directories deeper than 64 levels,
+        and files beyond the count/byte budget (the smallest files are kept first).
+        """
+        per_file = min(max_file_bytes or self.file_cap, self.file_cap)
+        request = {"op": "snapshot", "max_bytes": max_bytes, "max_files": max_files,
+                   "max_file_bytes": per_file, "stop": stop_processes}
+        reply = self._call(request, timeout=120.0,
+                           limit=snapshot_reply_limit(max_bytes, max_files))
+        return self._checked("snapshot", reply, check_snapshot, max_bytes, max_files, per_file)
