@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -119,6 +120,10 @@ class CodingEnv(gym.Env[str, Any]):
         max_format_errors: consecutive turns without a valid tool call before truncation.
         tool_timeout: default seconds for a terminal command; max_tool_timeout caps requests.
         max_calls_per_turn: tool calls run per turn; the rest are answered with an error.
+        step_time_budget: seconds one step may spend running tool calls in total (None: no
+            budget). Each terminal command's timeout is cut to what is left, and calls met
+            once it is used up are answered with an error instead of run, so a turn chaining
+            16 calls of 8 s each still ends within the budget. Submitting is never refused.
         parse_bash_blocks: also read fenced ```bash blocks as terminal calls.
         reward_weights: {"correctness", "efficiency", "tool_use"} (default 0.7/0.15/0.15).
         binary_correctness: correctness is 1 only if every hidden test passes.
@@ -139,6 +144,7 @@ class CodingEnv(gym.Env[str, Any]):
         tool_timeout: float = 60.0,
         max_tool_timeout: float = 600.0,
         max_calls_per_turn: int = 16,
+        step_time_budget: float | None = 600.0,
         parse_bash_blocks: bool = False,
         reward_weights: Mapping[str, float] | None = None,
         binary_correctness: bool = False,
@@ -159,6 +165,11 @@ class CodingEnv(gym.Env[str, Any]):
         self.tool_timeout = tool_timeout
         self.max_tool_timeout = max_tool_timeout
         self.max_calls_per_turn = max_calls_per_turn
+        if step_time_budget is not None and not step_time_budget > 0:
+            raise ValueError("step_time_budget must be a positive number of seconds or None")
+        self.step_time_budget = step_time_budget
+        self._snapshot_skipped: list[str] = []
+        self._snapshot_skipped_count = 0
         self.parse_bash_blocks = parse_bash_blocks
         self.reward_weights = RewardWeights.from_config(reward_weights)
         self.binary_correctness = binary_correctness
@@ -214,6 +225,7 @@ class CodingEnv(gym.Env[str, Any]):
         self.turns = []
         self.grade = None
         self.reward_breakdown = None
+        self._snapshot_skipped, self._snapshot_skipped_count = [], 0
         self._format_streak = 0
         self._printed = 0
         self._done = False
@@ -351,7 +363,10 @@ class CodingEnv(gym.Env[str, Any]):
         assert self._executor is not None
         died: SandboxDied | SandboxTimeout | None = None
         submitted = False
+        budget = self.step_time_budget
+        deadline = time.monotonic() + budget if budget is not None else None
         for position, call in enumerate(turn.tool_calls):
+            left = deadline - time.monotonic() if deadline is not None else None
             if died is not None or submitted:
                 why = "the sandbox stopped" if died else "submit() ended the episode"
                 result = error_result(call, "skipped", f"not run: {why}")
@@ -361,12 +376,17 @@ class CodingEnv(gym.Env[str, Any]):
             elif call.valid and call.name == SUBMIT:
                 submitted = True
                 result = ToolResult(call.id, call.name, "Submitted.")
+            elif left is not None and left <= 0:
+                result = error_result(call, "step_budget", "not run: this turn's tool calls "
+                                      f"used up the per-step time budget ({budget:g} s)")
             else:
                 try:
-                    result = self._executor.run(call)
+                    result = self._executor.run(call, time_left=left)
                 except (SandboxDied, SandboxTimeout) as exc:
                     died = exc
                     result = error_result(call, "sandbox_died", f"the sandbox stopped: {exc}")
+                except Exception as exc:  # step never raises: a tool bug is the call's error
+                    result = error_result(call, "internal", f"the tool failed ({exc!r:.300})")
             turn.tool_results.append(result)
         return died
 
@@ -392,7 +412,11 @@ class CodingEnv(gym.Env[str, Any]):
                 files = self.sandbox.snapshot()
             except (SandboxDied, SandboxTimeout) as exc:
                 died = exc
+            except SandboxError as exc:  # e.g. the helper refused: the episode still ends
+                died = SandboxDied(f"the workspace snapshot failed: {exc}")
             else:
+                self._snapshot_skipped = list(getattr(files, "skipped", []))
+                self._snapshot_skipped_count = getattr(files, "skipped_count", 0)
                 self._release_sandbox()
                 report = Grader(self.pool).grade(self.task, files)
         self._release_sandbox()
@@ -450,6 +474,10 @@ class CodingEnv(gym.Env[str, Any]):
         }
         if end_reason:
             info["end_reason"] = end_reason
+            if self._snapshot_skipped_count:
+                # files the snapshot left out of grading ("path: reason", at most 100 notes)
+                info["snapshot_skipped"] = list(self._snapshot_skipped)
+                info["snapshot_skipped_count"] = self._snapshot_skipped_count
             if self.grade is not None:
                 info["grade"] = self.grade.to_dict()
             if self.reward_breakdown is not None:

@@ -67,6 +67,16 @@ def describe_run(result: RunResult) -> str:
     return f"{output}\n{status}"
 
 
+def _seconds(value: object) -> float:
+    """A timeout as float: integers too large for a float become +inf (clamped later)."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    except (TypeError, ValueError):
+        return math.nan
+
+
 class ToolExecutor:
     """Executes terminal/read_file/write_file/edit_file calls in one sandbox."""
 
@@ -84,6 +94,7 @@ class ToolExecutor:
         self.max_timeout = max_timeout
         self.read_lines = read_lines
         self.max_read_chars = max_read_chars
+        self._time_left: float | None = None
         self._tools = {
             TERMINAL: self.terminal,
             READ_FILE: self.read_file,
@@ -91,14 +102,18 @@ class ToolExecutor:
             EDIT_FILE: self.edit_file,
         }
 
-    def run(self, call: ToolCall) -> ToolResult:
-        """Run one call; tool errors become results, a dead sandbox raises."""
+    def run(self, call: ToolCall, *, time_left: float | None = None) -> ToolResult:
+        """Run one call; tool errors become results, a dead sandbox raises.
+
+        `time_left` (seconds) caps a terminal command's timeout: the env's per-step budget.
+        """
         started = time.perf_counter()
         if not call.valid:
             return error_result(call, "invalid_call", call.error or "invalid call")
         tool = self._tools.get(call.name)
         if tool is None:
             return error_result(call, "invalid_call", f"{call.name} cannot be run as a tool here")
+        self._time_left = time_left
         try:
             return tool(call, started)
         except (SandboxDied, SandboxTimeout):
@@ -111,17 +126,29 @@ class ToolExecutor:
             return error_result(call, "not_found", str(exc), started)
         except SandboxError as exc:
             return error_result(call, "sandbox", str(exc), started)
+        except (ValueError, TypeError, OverflowError, UnicodeError, RecursionError) as exc:
+            # arguments no tool can use (validated calls should never get here): one sentence
+            message = f"the arguments cannot be used ({type(exc).__name__}: {str(exc)[:200]})"
+            return error_result(call, "invalid_call", message, started)
 
     # -- tools -----------------------------------------------------------------------------
     def terminal(self, call: ToolCall, started: float) -> ToolResult:
-        timeout = call.arguments.get("timeout", self.default_timeout)
-        if not math.isfinite(timeout) or timeout <= 0:
+        timeout = _seconds(call.arguments.get("timeout", self.default_timeout))
+        if math.isnan(timeout) or timeout <= 0:
             message = "timeout must be a positive number of seconds"
             return error_result(call, "invalid_call", message)
-        timeout = min(float(timeout), self.max_timeout)
+        timeout = min(timeout, self.max_timeout)  # absurdly large (even inf): the maximum
+        budget = self._time_left
+        clipped = budget is not None and budget < timeout
+        if budget is not None and clipped:
+            timeout = max(budget, 0.001)
         result = self.sandbox.run(call.arguments["command"], timeout=timeout)
+        content = describe_run(result)
+        if clipped and result.timed_out:
+            content += (f"\n[the command was stopped by the per-step time budget: this turn's "
+                        f"tool calls had {timeout:.0f} s left]")
         return ToolResult(
-            call.id, call.name, describe_run(result), ok=not result.timed_out,
+            call.id, call.name, content, ok=not result.timed_out,
             error="timeout" if result.timed_out else "", exit_code=result.exit_code,
             timed_out=result.timed_out, truncated=result.truncated,
             duration=time.perf_counter() - started,

@@ -109,8 +109,35 @@ def _call_from_object(
     arguments, error = check_arguments(name, raw_args, tools)
     if error is not None:
         shown = raw_args if isinstance(raw_args, dict) else {}
-        return ToolCall(call_id, name, dict(shown), error)
+        return ToolCall(call_id, name, shown_arguments(shown), error)
     return ToolCall(call_id, name, arguments or {})
+
+
+def _shown_value(value: Any) -> Any:
+    """A flat, JSON-safe stand-in for an argument value of an invalid call."""
+    if value is None or isinstance(value, bool | float):
+        return value if not isinstance(value, float) or value == value else None
+    if isinstance(value, int):
+        return value if abs(value) < 10**18 else f"<integer with {len(hex(value))} hex digits>"
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return f"<{_type_label(value)}>"
+
+
+def _type_label(value: Any) -> str:
+    return {list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def shown_arguments(arguments: dict[Any, Any]) -> dict[str, Any]:
+    """The arguments of an invalid call as kept for the transcript: flat and JSON-safe.
+
+    Nested arrays/objects become a placeholder, huge integers and lone surrogates are
+    replaced, so a hostile argument can never make the transcript fail to serialise.
+    """
+    return {
+        _shown_value(str(key)): _shown_value(value)
+        for key, value in list(arguments.items())[:32]
+    }
 
 
 def _decode_block(
@@ -129,6 +156,9 @@ def _decode_block(
             f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}). "
             f"Expected {EXPECTED_FORMAT}, with strings JSON-escaped."
         )
+    except (ValueError, RecursionError) as exc:  # nesting too deep, integer too long
+        why = "it is nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
+        return f"{where} cannot be read as JSON ({why}). Expected {EXPECTED_FORMAT}."
     return _call_from_object(obj, call_id, where, tools)
 
 

@@ -146,6 +146,9 @@ def check_arguments(
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
             return None, f"The arguments of {name} are not valid JSON ({exc.msg}). {expected}"
+        except (ValueError, RecursionError) as exc:  # nesting too deep, integer too long
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
+            return None, f"The arguments of {name} cannot be read as JSON ({why}). {expected}"
     if not isinstance(arguments, dict):
         kind = _type_name(arguments)
         return None, f"The arguments of {name} must be a JSON object, got {kind}. {expected}"
@@ -163,5 +166,19 @@ def check_arguments(
                 f"Argument {key!r} of {name} must be {_JSON_TYPES.get(kind, kind)}, "
                 f"got {_type_name(value)}. {expected}"
             )
+        if isinstance(value, str) and not _valid_text(value):
+            return None, (
+                f"Argument {key!r} of {name} is not valid Unicode text (it contains a lone "
+                f"surrogate code point). {expected}"
+            )
         clean[key] = int(value) if kind == "integer" else value
     return clean, None
+
+
+def _valid_text(value: str) -> bool:
+    """True if `value` can be encoded as UTF-8 (no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
