@@ -15,8 +15,10 @@ from opd_gym.sandboxes.base import (
     SandboxDied,
     SandboxError,
     SandboxFileNotFound,
+    SandboxProtocolError,
     SandboxTimeout,
     SandboxUnavailable,
+    Snapshot,
 )
 from opd_gym.sandboxes.pool import SandboxPool
 
@@ -33,8 +35,10 @@ __all__ = [
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxPool",
+    "SandboxProtocolError",
     "SandboxTimeout",
     "SandboxUnavailable",
+    "Snapshot",
     "make_pool",
     "resolve_backend",
     "sandbox_factory",
