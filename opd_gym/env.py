@@ -253,7 +253,8 @@ class CodingEnv(gym.Env[str, Any]):
             tool_calls=parsed.calls, format_errors=list(parsed.errors),
         )
         self.turns.append(turn)
-        self.messages.append(assistant_message(parsed.content, parsed.calls))
+        raw = output.text if output.tool_calls is None else None  # what the model emitted
+        self.messages.append(assistant_message(parsed.content, parsed.calls, raw))
 
         died = self._run_calls(turn)
         self._format_streak = self._format_streak + 1 if turn.is_format_error else 0

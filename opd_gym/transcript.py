@@ -3,9 +3,16 @@
 Conventions (what a chat API or a Qwen-style chat template can render as is):
 
 - the assistant message holds `content` = the model's text minus the `<tool_call>` blocks
-  that were parsed (so a template re-rendering `tool_calls` does not duplicate them; the raw
-  text is kept in `Turn.text`) and `tool_calls` = [{id, type: "function", function: {name,
-  arguments: JSON string}}] when there are any;
+  that were parsed (so a template re-rendering `tool_calls` does not duplicate them) and
+  `tool_calls` = [{id, type: "function", function: {name, arguments: JSON string}}] when
+  there are any; when the model's raw output text differs from `content` (it held tool
+  calls, or the action came as text) the message also keeps it verbatim as `raw_content`;
+- what a model is prompted with is `messages_for_template(messages, tokenizer)`: per assistant
+  message, the `content` + `tool_calls` form when the tokenizer's chat template renders it
+  exactly as it renders the raw text, otherwise the raw text as the whole content (no
+  `tool_calls`: a template that drops or reformats them, e.g. different JSON spacing, would
+  otherwise show the model a history it did not produce). So re-rendered history equals
+  what the model emitted, as far as the template renders content verbatim;
 - every tool call is answered by one `{"role": "tool", "tool_call_id", "name", "content"}`
   message, in call order, including calls that could not run (their content says why);
 - format errors that belong to no call (no call at all, a block that is not JSON) and the
@@ -38,10 +45,18 @@ def user_message(text: str) -> Message:
     return {"role": "user", "content": text}
 
 
-def assistant_message(content: str, calls: Sequence[ToolCall]) -> Message:
+RAW = "raw_content"
+
+
+def assistant_message(
+    content: str, calls: Sequence[ToolCall], raw: str | None = None
+) -> Message:
+    """The assistant message; `raw` (the model's output text) is kept when it says more."""
     message: Message = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [call.to_openai() for call in calls]
+    if raw is not None and (calls or raw != content):
+        message[RAW] = raw
     return message
 
 
@@ -63,10 +78,18 @@ def copy_messages(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
-def messages_for_template(messages: Sequence[Message]) -> list[Message]:
-    """A copy with tool-call arguments decoded to dicts, as most HF chat templates expect."""
+def messages_for_template(
+    messages: Sequence[Message], tokenizer: Any = None
+) -> list[Message]:
+    """A copy for chat templates: tool-call arguments decoded to dicts, raw outputs resolved.
+
+    With `tokenizer`, each assistant message that kept its raw output becomes the form the
+    template renders exactly like that raw text: `content` + `tool_calls` when they render
+    the same, else the raw text as content without `tool_calls`. Without a tokenizer (chat
+    APIs, exports) the `content` + `tool_calls` form is used. `raw_content` never remains.
+    """
     out = copy_messages(messages)
-    for message in out:
+    for i, message in enumerate(out):
         for call in message.get("tool_calls", ()):
             arguments = call["function"].get("arguments")
             if isinstance(arguments, str):
@@ -74,7 +97,44 @@ def messages_for_template(messages: Sequence[Message]) -> list[Message]:
                     call["function"]["arguments"] = json.loads(arguments)
                 except json.JSONDecodeError:
                     pass
+        raw = message.pop(RAW, None)
+        if raw is not None and tokenizer is not None and \
+                not renders_like_raw(tokenizer, message, raw):
+            out[i] = {"role": "assistant", "content": raw}
     return out
+
+
+_PROBE: Message = {"role": "user", "content": "."}
+_RENDER_CACHE: dict[tuple[int, str, str], bool] = {}
+
+
+def _render_text(tokenizer: Any, message: Message) -> str:
+    text = tokenizer.apply_chat_template([_PROBE, message], tokenize=False,
+                                         add_generation_prompt=False)
+    return text if isinstance(text, str) else str(text)
+
+
+def renders_like_raw(tokenizer: Any, message: Message, raw: str) -> bool:
+    """True when the template renders `message` (content + tool_calls) exactly as `raw` text.
+
+    False for templates that drop `tool_calls`, reformat them, or alter the text; a template
+    that refuses the raw form (e.g. it insists on `tool_calls`) keeps the structured form.
+    """
+    key = (id(tokenizer), raw, json.dumps(message, sort_keys=True, default=str))
+    if key not in _RENDER_CACHE:
+        try:
+            raw_text = _render_text(tokenizer, {"role": "assistant", "content": raw})
+        except Exception:
+            same = True
+        else:
+            try:
+                same = _render_text(tokenizer, message) == raw_text
+            except Exception:
+                same = False
+        if len(_RENDER_CACHE) > 4096:
+            _RENDER_CACHE.clear()
+        _RENDER_CACHE[key] = same
+    return _RENDER_CACHE[key]
 
 
 def render_messages(messages: Sequence[Message]) -> str:

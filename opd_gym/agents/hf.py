@@ -68,7 +68,8 @@ class TransformersPolicy:
         from transformers import DynamicCache
 
         prompt = render_ids(
-            self.tokenizer, messages_for_template(messages), tools, add_generation_prompt=True
+            self.tokenizer, messages_for_template(messages, self.tokenizer), tools,
+            add_generation_prompt=True
         )
         eos = self.tokenizer.eos_token_id
         cache = DynamicCache(config=self.model.config)

@@ -11,6 +11,7 @@ from opd_gym.actions import TokenText
 from opd_gym.agents.demo import DemoAgent
 from opd_gym.agents.scripted import SUBMIT_CALL, ReferenceAgent
 from opd_gym.tasks.model import Task
+from opd_gym.transcript import RAW
 
 POLICY_HELP = (
     "demo (scripted, with a planted mistake), reference, replay:FILE.jsonl, hf:MODEL_DIR, "
@@ -92,7 +93,8 @@ class OpenAIChatPolicy:
             self.model = self._http.get("/models").raise_for_status().json()["data"][0]["id"]
         payload = {
             "model": self.model,
-            "messages": info["messages"],
+            # the standard chat form: the server's template renders content + tool_calls
+            "messages": [{k: v for k, v in m.items() if k != RAW} for m in info["messages"]],
             "tools": info["tools"],
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,

@@ -81,7 +81,8 @@ class VLLMPolicy:
     ) -> TokenText:
         """One assistant turn for `messages`, ending at the end-of-turn token or the cap."""
         prompt = render_ids(
-            self.tokenizer, messages_for_template(messages), tools, add_generation_prompt=True
+            self.tokenizer, messages_for_template(messages, self.tokenizer), tools,
+            add_generation_prompt=True
         )
         budget = self.max_tokens
         if self.max_model_len is not None:

@@ -62,9 +62,14 @@ def sample_turn(
     task_prompt: str,
     *,
     max_next_state_chars: int = 4000,
+    tokenizer: Any = None,
 ) -> TurnSample:
-    """Snapshot `turn` of an episode whose transcript is `messages`."""
-    context = tuple(messages_for_template(messages[: turn.context_len]))
+    """Snapshot `turn` of an episode whose transcript is `messages`.
+
+    With `tokenizer`, the context's assistant messages take the form its chat template
+    renders as the model's raw output (see `messages_for_template`).
+    """
+    context = tuple(messages_for_template(messages[: turn.context_len], tokenizer))
     judge_input = JudgeInput(
         index=turn.index,
         task=task_prompt,

@@ -193,8 +193,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if not self.enabled:
             return obs, reward, terminated, truncated, info
         done = terminated or truncated
-        sample = self._sample_last_turn()
         scorer = self.scorer
+        sample = self._sample_last_turn()
         if self.delivery == "per_step" and not self.async_scoring:
             record = scorer.score([scorer.judge_one(sample)])[0]
             self._episode.append(record)
@@ -232,6 +232,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             base.tools,
             base.task.prompt,
             max_next_state_chars=self.max_next_state_chars,
+            tokenizer=self.scorer.teacher.tokenizer,
         )
 
     def _submit(self, job: Callable[[], list[OPDRecord]]) -> None:
