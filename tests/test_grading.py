@@ -4,49 +4,80 @@ from __future__ import annotations
 
 import pytest
 
-from opd_gym.grading import Grader, GradeReport, TestOutcome, parse_junit, select_files
+from opd_gym.grading import (
+    Grader,
+    GradeReport,
+    VerdictError,
+    build_report,
+    expected_tests,
+    parse_verdict,
+    select_files,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
-
-JUNIT = """<?xml version="1.0" encoding="utf-8"?>
-<testsuites><testsuite name="pytest" errors="1" failures="1" skipped="1" tests="4">
-<testcase classname="test_calc" name="test_a" time="0.001"/>
-<testcase classname="test_calc" name="test_b"><failure message="assert 1 == 2">tb</failure>
-</testcase>
-<testcase classname="test_calc" name="test_c"><skipped message="skip">x</skipped></testcase>
-<testcase classname="" name="test_calc"><error message="collection failure">boom</error></testcase>
-</testsuite></testsuites>"""
-
 
 @pytest.fixture
 def grader(local_pool):
     return Grader(local_pool)
 
 
-def test_parse_junit_outcomes():
-    outcomes = parse_junit(JUNIT)
-    assert outcomes == [
-        TestOutcome("test_calc::test_a", "passed", ""),
-        TestOutcome("test_calc::test_b", "failed", "assert 1 == 2"),
-        TestOutcome("test_calc::test_c", "skipped", "skip"),
-        TestOutcome("test_calc", "error", "collection failure"),
-    ]
-    with pytest.raises(ValueError, match="not valid XML"):
-        parse_junit("<testsuites><testcase")
-
-
-def test_select_files_drops_what_could_steer_the_tests(toy_task, make_task):
-    agent = {"calc.py": b"a", "test_calc.py": b"b", "conftest.py": b"c", "pkg/conftest.py": b"d",
-             ".opd_grade/junit.xml": b"e", "notes.txt": b"f"}
+def test_select_files_keeps_agent_files_but_not_reserved_or_test_paths(toy_task):
+    agent = {"calc.py": b"a", "test_calc.py": b"b", "conftest.py": b"c",
+             ".opd_grade/verdict.json": b"e", "notes.txt": b"f"}
     keep, dropped = select_files(toy_task, agent)
-    assert keep == {"calc.py": b"a", "notes.txt": b"f"}
-    assert dropped == [".opd_grade/junit.xml", "conftest.py", "pkg/conftest.py", "test_calc.py"]
-    task = make_task(files={"calc.py": "", "conftest.py": "# starter conftest\n"})
-    keep, _ = select_files(task, agent)
-    assert keep["conftest.py"] == b"# starter conftest\n"  # restored as shipped
-    nested = make_task(tests={"tests/unit/test_calc.py": "def test_x():\n    pass\n"})
-    keep, dropped = select_files(nested, {"tests": b"a file where a test dir goes", "x.py": b""})
-    assert keep == {"x.py": b""} and dropped == ["tests"]
+    # conftest.py is harmless now: the hidden tests run outside the workspace
+    assert keep == {"calc.py": b"a", "conftest.py": b"c", "notes.txt": b"f"}
+    assert dropped == [".opd_grade/verdict.json", "test_calc.py"]
+
+
+def test_expected_tests_follow_pytest_rules():
+    source = (
+        "import pytest\n\ndef test_a():\n    pass\n\nasync def test_b():\n    pass\n\n"
+        "def helper():\n    pass\n\nclass TestGroup:\n    def test_c(self):\n        pass\n"
+        "    class TestInner:\n        def test_d(self):\n            pass\n\n"
+        "class TestWithInit:\n    def __init__(self):\n        pass\n    def test_e(self):\n"
+        "        pass\n\nclass Other:\n    def test_f(self):\n        pass\n"
+    )
+    assert expected_tests({"t/test_x.py": source}, ["t/test_x.py"]) == {
+        "t/test_x.py::test_a", "t/test_x.py::test_b", "t/test_x.py::TestGroup::test_c",
+        "t/test_x.py::TestGroup::TestInner::test_d",
+    }
+
+
+def _verdict(tests, **extra):
+    import json
+
+    data = {"version": 1, "exit": 0, "tests": tests, "collected": [], "collect_errors": [],
+            "timed_out": False, "output": "", **extra}
+    return parse_verdict(json.dumps(data).encode())
+
+
+def test_verdict_must_report_exactly_the_hidden_tests():
+    expected = {"test_x.py::test_a", "test_x.py::test_b"}
+    ok = [{"id": "test_x.py::test_a", "outcome": "passed"},
+          {"id": "test_x.py::test_b[1-2]", "outcome": "passed"}]
+    report = build_report(_verdict(ok), expected, {"task_id": "t"}, 0.1)
+    assert report.score == 1.0 and report.reason == ""
+    assert [t.name for t in report.tests] == ["test_x::test_a", "test_x::test_b[1-2]"]
+    missing = build_report(_verdict(ok[:1]), expected, {"task_id": "t"}, 0.1)
+    assert missing.score == 0.0 and "did not run" in missing.reason and "test_b" in missing.reason
+    extra = ok + [{"id": "test_x.py::test_planted", "outcome": "passed"}]
+    report = build_report(_verdict(extra), expected, {"task_id": "t"}, 0.1)
+    assert report.score == 0.0 and "not hidden tests" in report.reason
+    assert "test_planted" in report.reason
+    timed = build_report(_verdict(ok, timed_out=True), expected, {"task_id": "t"}, 0.1)
+    assert timed.score == 0.0 and "timed out" in timed.reason
+
+
+@pytest.mark.parametrize("raw", [
+    b"", b"not json", b"[1, 2]", b'{"version": 2, "tests": []}',
+    b'{"version": 1, "tests": [{"id": "a", "outcome": "won"}]}',
+    b'{"version": 1, "tests": [{"id": 5, "outcome": "passed"}]}',
+    b"[" * 100_000,
+])
+def test_malformed_verdicts_are_refused(raw):
+    with pytest.raises(VerdictError):
+        parse_verdict(raw)
 
 
 def test_reference_solution_passes(grader, toy_task):
@@ -94,13 +125,14 @@ def test_agent_cannot_rig_the_test_run(grader, toy_task):
     }
     report = grader.grade(toy_task, rigged)
     assert report.total == 3 and report.passed == 0 and report.score == 0.0
-    assert {"conftest.py", "test_calc.py"} <= set(report.dropped)
+    assert "test_calc.py" in report.dropped
 
 
 def test_zero_tests_is_a_failure(grader, make_task):
     task = make_task(tests={"test_calc.py": "import calc\n"})
     report = grader.grade(task, {"calc.py": b"def add(a, b):\n    return a + b\n"})
-    assert report.reason == "no tests ran" and report.score == 0.0 and not report.all_passed
+    assert report.reason == "the task defines no hidden tests" and report.score == 0.0
+    assert not report.all_passed
 
 
 def test_timeout_is_a_failure(grader, make_task):
@@ -109,18 +141,6 @@ def test_timeout_is_a_failure(grader, make_task):
     report = grader.grade(task, {})
     assert report.timed_out and report.score == 0.0
     assert "timed out" in report.reason and report.duration < 20
-
-
-def test_report_without_reason_on_exit_status_mismatch():
-    report = GradeReport("t", passed=2, exit_code=0, tests=(TestOutcome("a", "passed"),) * 2)
-    assert report.score == 1.0
-    from opd_gym.grading import _check_consistency
-
-    assert _check_consistency(report).score == 1.0
-    lying = _check_consistency(GradeReport("t", passed=2, exit_code=1))
-    assert lying.score == 0.0 and "does not show" in lying.reason
-    crashed = _check_consistency(GradeReport("t", passed=2, exit_code=3))
-    assert crashed.score == 0.0 and "status 3" in crashed.reason
 
 
 def test_unavailable_sandbox_is_an_infra_failure(toy_task):

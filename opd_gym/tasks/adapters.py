@@ -20,13 +20,9 @@ _APPS_LEVELS = {"introductory": "easy", "interview": "medium", "competition": "h
 
 _STDIO_TEST = '''\
 {doc}
-import os
-import subprocess
-import sys
-
 import pytest
+from opd_grading import run
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT = {timeout!r}
 CASES = {cases}
 
@@ -38,10 +34,7 @@ def _normalise(text):
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"case{{i}}" for i in range(len(CASES))])
 def test_case(index):
     stdin, expected = CASES[index]
-    proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "main.py")], input=stdin, capture_output=True,
-        text=True, encoding="utf-8", timeout=TIMEOUT, cwd=HERE,
-    )
+    proc = run(["python3", "main.py"], stdin=stdin, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert _normalise(proc.stdout) == _normalise(expected)
 '''

@@ -1,10 +1,9 @@
-"""Shared helper: grade a task locally (no sandbox) by running its hidden tests in a temp dir."""
+"""Shared helper: grade a task locally (no sandbox) with the real harness on a temp dir."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from opd_gym.grading import parse_verdict, run_harness_here
 from opd_gym.tasks import Task
 
 Grader = Callable[..., subprocess.CompletedProcess]
@@ -26,15 +26,16 @@ def write_files(root: Path, files: Mapping[str, str]) -> None:
 
 
 def run_hidden_tests(workdir: Path, task: Task, overlay: Mapping[str, str] | None = None):
-    """Place starter files, then `overlay`, then the hidden tests; run pytest on the tests only."""
+    """Place starter files, then `overlay`; run the real grading harness on them, unsandboxed.
+
+    Returns a CompletedProcess whose returncode is pytest's exit status and whose stdout is
+    pytest's output, as the harness reports them.
+    """
     write_files(workdir, task.files)
     write_files(workdir, overlay or {})
-    write_files(workdir, task.tests)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.tests]
-    return subprocess.run(
-        cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=120
+    verdict = parse_verdict(run_harness_here(task, workdir))
+    return subprocess.CompletedProcess(
+        ["opd-grade", task.id], verdict["exit"], verdict["output"], ""
     )
 
 

@@ -1,15 +1,8 @@
-import os
-import subprocess
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from opd_grading import run as run_program
 
 
 def run(*args):
-    return subprocess.run(
-        [sys.executable, os.path.join(HERE, "greet.py"), *args], capture_output=True,
-        text=True, timeout=10, cwd=HERE,
-    )
+    return run_program(["python3", "greet.py", *args], timeout=10)
 
 
 def test_default_greeting():

@@ -1,15 +1,12 @@
-import os
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from opd_grading import is_file, read_text
 
 
 def _answer():
-    with open(os.path.join(HERE, "answer.txt"), encoding="utf-8") as fh:
-        return fh.read()
+    return read_text("answer.txt")
 
 
 def test_answer_file_exists():
-    assert os.path.isfile(os.path.join(HERE, "answer.txt"))
+    assert is_file("answer.txt")
 
 
 def test_single_line():

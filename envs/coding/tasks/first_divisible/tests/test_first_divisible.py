@@ -1,11 +1,8 @@
-import os
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from opd_grading import read_text
 
 
 def _lines():
-    with open(os.path.join(HERE, "answer.txt"), encoding="utf-8") as fh:
-        return [line.strip() for line in fh.read().strip().splitlines()]
+    return [line.strip() for line in read_text("answer.txt").strip().splitlines()]
 
 
 def test_answer_has_two_integer_lines():

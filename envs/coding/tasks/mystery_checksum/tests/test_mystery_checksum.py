@@ -1,16 +1,12 @@
-import os
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ANSWER = os.path.join(HERE, "answer.txt")
+from opd_grading import is_file, read_text
 
 
 def _read():
-    with open(ANSWER, encoding="utf-8") as fh:
-        return fh.read()
+    return read_text("answer.txt")
 
 
 def test_answer_file_exists():
-    assert os.path.isfile(ANSWER)
+    assert is_file("answer.txt")
 
 
 def test_answer_is_one_integer():
@@ -23,4 +19,4 @@ def test_answer_value():
 
 
 def test_script_still_there():
-    assert os.path.isfile(os.path.join(HERE, "mystery.py"))
+    assert is_file("mystery.py")

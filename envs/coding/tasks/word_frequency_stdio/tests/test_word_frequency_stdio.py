@@ -1,15 +1,8 @@
-import os
-import subprocess
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from opd_grading import run as run_program
 
 
 def run(stdin):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "main.py")], input=stdin, capture_output=True,
-        text=True, timeout=10, cwd=HERE,
-    )
+    proc = run_program(["python3", "main.py"], stdin=stdin, timeout=10)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.split("\n")
 

@@ -1,0 +1,145 @@
+"""Start the grading harness in a sandbox and collect its verdict bytes.
+
+Docker: the harness is a separate `docker exec` as root (whose only capabilities are to start,
+and kill, processes of the agent's uid); its request arrives on stdin and its verdict leaves
+on stdout, a stream no process of the agent's uid can open. bubblewrap and local sandboxes
+cannot separate uids without privileges: there the harness runs as the agent's uid through
+the sandbox shell, and the grade is only as trustworthy as the agent is (documented in
+docs/threat-model.md; use Docker for RL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from functools import cache
+from typing import Any
+
+from opd_gym.grading.expected import test_paths
+from opd_gym.resources import data_path
+from opd_gym.sandboxes import Sandbox, SandboxError, SandboxTimeout
+from opd_gym.tasks.model import Task
+
+MAX_VERDICT_BYTES = 64 << 20
+GENERIC_DIR = ".opd_grade"
+
+
+@cache
+def harness_source() -> str:
+    """The in-sandbox harness (trusted side), passed with `python3 -c`."""
+    return data_path("sandbox", "grade_harness.py").read_text()
+
+
+@cache
+def runner_source() -> str:
+    """The in-sandbox runner (agent side), handed to the harness in its request."""
+    return data_path("sandbox", "grade_runner.py").read_text()
+
+
+def harness_request(task: Task, workspace: str, uid: int | None) -> dict[str, Any]:
+    """What the harness reads on stdin: the hidden tests, the runner, the uid and the budget."""
+    return {
+        "tests": dict(task.tests), "paths": test_paths(task), "runner": runner_source(),
+        "workspace": workspace, "agent_uid": uid, "timeout": task.timeout,
+    }
+
+
+def run_harness_here(task: Task, workspace: str | os.PathLike[str]) -> bytes:
+    """Run the harness as a plain local process on a workspace directory (no isolation).
+
+    For task authors and the suite's own checks: the same harness and protocol as in a
+    sandbox, with the agent's code under this process's uid. Never for untrusted code.
+    """
+    request = harness_request(task, os.fspath(workspace), None)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", harness_source()], input=json.dumps(request).encode(),
+        capture_output=True, timeout=task.timeout + 60, check=False,
+    )
+    if not proc.stdout.strip():
+        raise SandboxError(f"the grading harness failed: {proc.stderr[-1500:].decode()}")
+    return proc.stdout
+
+
+def agent_uid(sandbox: Sandbox) -> int | None:
+    """The uid the agent's code runs under in `sandbox`, if the harness can run as another."""
+    config = getattr(sandbox, "config", None)
+    user = str(getattr(config, "user", ""))
+    uid = user.partition(":")[0]
+    if getattr(sandbox, "container", None) is not None and uid.isdigit() and uid != "0":
+        return int(uid)
+    return None
+
+
+def run_harness(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> bytes:
+    """The harness's stdout for `request`; SandboxTimeout past `timeout` seconds."""
+    if agent_uid(sandbox) is not None:
+        return _docker_exec(sandbox, request, timeout)
+    return _through_shell(sandbox, request, timeout)
+
+
+def _docker_exec(sandbox: Any, request: dict[str, Any], timeout: float) -> bytes:
+    from docker.errors import DockerException
+
+    from opd_gym.sandboxes.helper import DockerExecTransport
+
+    payload = json.dumps(request).encode("utf-8", "surrogatepass")
+    try:
+        with sandbox.engine.call() as client:
+            exec_id = client.api.exec_create(
+                sandbox.container.id, ["python3", "-I", "-c", harness_source()],
+                stdin=True, stdout=True, stderr=True, user="0:0", workdir="/",
+            )["Id"]
+            raw = client.api.exec_start(exec_id, socket=True)
+    except DockerException as exc:
+        raise SandboxError(f"could not start the grading harness: {exc}") from None
+    sock: socket.socket = getattr(raw, "_sock", raw)
+    transport = DockerExecTransport(sock)
+    try:
+        transport.send(payload)
+        sock.shutdown(socket.SHUT_WR)  # EOF on the harness's stdin
+        out = bytearray()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxTimeout(f"the test run did not finish within {timeout:.0f} s")
+            chunk = transport._read_some(min(left, 5.0))
+            if chunk == b"":
+                break
+            if chunk:
+                out += chunk
+                if len(out) > MAX_VERDICT_BYTES:
+                    raise SandboxError("the grading harness's output is oversized")
+        if not out.strip():
+            raise SandboxError(f"the grading harness failed: {transport.diagnostics()[-1500:]}")
+        return bytes(out)
+    finally:
+        transport.close()
+
+
+def _through_shell(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> bytes:
+    ws = sandbox.workspace.rstrip("/")
+    folder = f"{ws}/{GENERIC_DIR}"
+    sandbox.write_file(f"{GENERIC_DIR}/harness.py", harness_source())
+    sandbox.write_file(f"{GENERIC_DIR}/request.json", json.dumps(request))
+    q = shlex.quote
+    command = (
+        f"cd / && exec 3< {q(folder + '/request.json')} && rm -f {q(folder + '/request.json')}"
+        f" && env -i PATH=\"$PATH\" LANG=C.UTF-8 python3 -I {q(folder + '/harness.py')} <&3"
+        f" > {q(folder + '/verdict.json')} 2> {q(folder + '/harness.log')}"
+    )
+    result = sandbox.run(command, timeout=timeout)
+    if result.timed_out:
+        raise SandboxTimeout(f"the test run did not finish within {timeout:.0f} s")
+    try:
+        return sandbox.read_file(f"{GENERIC_DIR}/verdict.json", max_bytes=MAX_VERDICT_BYTES)
+    except SandboxError:
+        log = sandbox.read_file(f"{GENERIC_DIR}/harness.log", max_bytes=1 << 20)
+        raise SandboxError(
+            f"the grading harness failed: {log[-1500:].decode('utf-8', 'replace')}"
+        ) from None
