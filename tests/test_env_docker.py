@@ -85,8 +85,14 @@ def test_sandbox_death_and_memory_kill_in_docker(shared_pool):
         assert "exit code: 137" in obs and "memory limit" in obs
         obs, *_ = env.step(format_tool_call("terminal", {"command": "echo alive"}))
         assert obs == "alive\n[exit code: 0]"  # the shell survives; only the hog was killed
+        # $PPID is the sandbox helper: it runs as root, so the agent cannot kill it
         obs, _, term, trunc, info = env.step(
-            format_tool_call("terminal", {"command": "kill -9 $PPID; sleep 5"}))
+            format_tool_call("terminal", {"command": "kill -9 $PPID; echo still here"}))
+        assert "Operation not permitted" in obs and "still here" in obs
+        assert not term and not trunc
+        env.sandbox.container.kill()  # what the agent cannot do, the host can
+        obs, _, term, trunc, info = env.step(
+            format_tool_call("terminal", {"command": "echo hi"}))
         assert trunc and not term and info["end_reason"] == "sandbox_died"
     finally:
         env.close()
