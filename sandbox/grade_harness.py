@@ -184,6 +184,9 @@ class Channel:
             raise GradingAbort("the solution's process did not start")
 
     def stop(self):
+        """Kill the solution's process; every handle into it is void from now on."""
+        self.generation += 1
+        self.proxies, self.classes = {}, {}
         if self.proc is not None:
             self.processes.kill_all(self.proc)
             for stream in (self.proc.stdin, self.proc.stdout):
