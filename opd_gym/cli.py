@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from opd_gym.sandboxes import SandboxError, sandbox_factory
 
@@ -149,7 +150,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             "delivery": "per_episode" if args.hint_scope == "episode" else "per_step",
         },
     )
-    make_agent = make_agent_factory(args.policy, resolve_tasks(args.tasks))
+    try:
+        make_agent = make_agent_factory(
+            args.policy, resolve_tasks(args.tasks), seed=args.seed,
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+            dtype=args.policy_dtype, device=args.policy_device,
+            max_model_len=args.policy_max_model_len,
+        )
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     logger = make_logger(args.log, out, vars(args)) if args.log else None
     (out / "config.json").write_text(json.dumps({**vars(args), "func": None}, indent=2))
@@ -162,7 +171,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         summary = run_rollout(
             config,
             make_agent,
-            teacher=args.teacher,
+            teacher=_teacher_spec(args),
             judge=args.judge,
             on_episode=log,
             progress=not args.quiet,
@@ -187,6 +196,22 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         written.append(out / "metrics.jsonl")
     print("wrote " + ", ".join(str(p) for p in written))
     return 1 if summary.failures and not summary.episodes else 0
+
+
+def _teacher_spec(args: argparse.Namespace) -> Any:
+    """The teacher spec, as a dict with options when any teacher flag is set."""
+    options = {
+        "dtype": args.teacher_dtype,
+        "device": args.teacher_device,
+        "max_model_len": args.teacher_max_model_len,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if not options:
+        return args.teacher
+    if args.teacher.partition(":")[0] not in ("tiny", "hf", "vllm-engine"):
+        raise UserError(f"--teacher-{next(iter(options)).replace('_', '-')} applies to hf: and "
+                        "vllm-engine: teachers; a vllm: server sets it when it is started")
+    return {"spec": args.teacher, **options}
 
 
 def _load_tasks(spec: str):
@@ -314,7 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--hint-scope", choices=["turn", "episode"], default="turn")
     roll.add_argument("--no-opd", action="store_true", help="skip judging and teacher scoring")
     roll.add_argument("--parallel", type=int, default=2)
-    roll.add_argument("--seed", type=int, default=0)
+    roll.add_argument("--seed", type=int, default=0,
+                      help="episode i uses seed+i (env and the policy's sampling)")
+    roll.add_argument("--max-new-tokens", type=int, help="policy: tokens sampled per turn")
+    roll.add_argument("--temperature", type=float, help="policy: sampling temperature")
+    roll.add_argument("--top-p", type=float, help="policy: nucleus sampling mass")
+    roll.add_argument("--policy-dtype", help="hf: policy dtype (default: the checkpoint's)")
+    roll.add_argument("--policy-device", help="hf: policy device, e.g. cuda:0")
+    roll.add_argument("--policy-max-model-len", type=int, help="hf: prompt + turn token cap")
+    roll.add_argument("--teacher-dtype",
+                      help="hf:/vllm-engine: teacher dtype (default: the checkpoint's; "
+                           "float64 for exactness checks with hf:)")
+    roll.add_argument("--teacher-device", help="hf:/vllm-engine: teacher device")
+    roll.add_argument("--teacher-max-model-len", type=int,
+                      help="hf:/vllm-engine: longest teacher input")
     roll.add_argument("--max-turns", type=int, default=15)
     roll.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
     roll.add_argument("--out", help="output directory (default runs/<timestamp>)")

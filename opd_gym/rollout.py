@@ -208,6 +208,8 @@ def _play_one(
 ) -> dict[str, Any]:
     recorder.extra = {"episode": episode}
     observation, info = recorder.reset(seed=seed, options={"task_id": task_id})
+    if hasattr(agent, "seed_episode"):  # sampling depends on the episode, not the worker
+        agent.seed_episode(seed)
     agent.reset(observation, info)
     while True:
         action = agent.act(observation, info)

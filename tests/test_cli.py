@@ -128,6 +128,18 @@ def test_rerun_without_resume_is_refused(tmp_path):
             "no Docker engine answers",
         ),
         (["rollout", "--log", "wandb", "--sandbox", "local", "--episodes", "1"], {}, "pip install"),
+        (
+            ["rollout", "--teacher", "vllm:http://127.0.0.1:9", "--teacher-dtype", "float32",
+             "--sandbox", "local"],
+            {},
+            "a vllm: server sets it",
+        ),
+        (
+            ["rollout", "--policy", "vllm:http://127.0.0.1:9", "--policy-dtype", "float32",
+             "--sandbox", "local"],
+            {},
+            "not by the policy",
+        ),
         (["view", "/no/such/run"], {}, "no run directory"),
         (["export", "/no/such/run", "--to", "trl"], {}, "no run directory"),
         (["tasks", "show", "nope"], {}, "no task 'nope'"),
@@ -161,3 +173,30 @@ def test_tasks_validate_grades_references_and_starters():
     result = opd_gym("tasks", "validate", str(fixture), "--sandbox", "docker")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tasks valid" in result.stdout and "BAD" not in result.stdout
+
+
+def test_policy_and_teacher_options_reach_the_backends(tmp_path, tiny_cache):
+    """Sampling flags reach the hf: policy, the teacher runs in fp64, and --seed makes each
+    episode's draws independent of how episodes are spread over parallel workers."""
+    from opd_gym.models.tiny import ensure_tiny_model
+
+    model = ensure_tiny_model()
+    runs = {}
+    for parallel in ("1", "2"):
+        out = tmp_path / f"run{parallel}"
+        result = opd_gym(
+            "rollout", "--policy", f"hf:{model}", "--teacher", f"hf:{model}",
+            "--teacher-dtype", "float64", "--judge", "none", "--sandbox", "local",
+            "--episodes", "3", "--parallel", parallel, "--max-turns", "2", "--seed", "7",
+            "--max-new-tokens", "9", "--temperature", "0.8", "--top-p", "0.95",
+            "--no-report", "--quiet", "--out", str(out), env=tiny_cache,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows = sorted(read_trajectories(out / "trajectories.jsonl"), key=lambda r: r["episode"])
+        runs[parallel] = [[t["token_ids"] for t in row["turns"]] for row in rows]
+        for row in rows:
+            assert all(len(t["token_ids"]) <= 9 for t in row["turns"])
+            for record in row["opd"]:  # fp64 teacher, fp32 student: control within fp32 noise
+                teacher, student = record["teacher_token_logprobs"], record["student_logprobs"]
+                assert max(abs(a - b) for a, b in zip(teacher, student, strict=True)) < 5e-5
+    assert runs["1"] == runs["2"]  # same seed, same episodes, whatever the worker layout

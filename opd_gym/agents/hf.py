@@ -7,6 +7,7 @@ reproduces) and the prompt ids, so the env's turns are token-exact.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,7 +18,14 @@ from opd_gym.transcript import messages_for_template
 
 
 class TransformersPolicy:
-    """Samples from a causal LM (a path or a loaded model) with the chat template and tools."""
+    """Samples from a causal LM (a path or a loaded model) with the chat template and tools.
+
+    `dtype` defaults to the checkpoint's dtype ("float64" is allowed, for exactness checks);
+    `max_model_len` caps prompt + sampled tokens (default: the model's position limit).
+    `fork(seed)` gives another agent sharing the model but with its own generator (one per
+    rollout worker); `seed_episode(seed)` reseeds it, so each episode's draws depend only on
+    its own seed, not on which worker plays it.
+    """
 
     def __init__(
         self,
@@ -29,14 +37,25 @@ class TransformersPolicy:
         top_p: float = 1.0,
         seed: int = 0,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str | None = "auto",
+        max_model_len: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from opd_gym.models.dtypes import DEFAULTS, normalize_dtype, resolve_dtype
+
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
-            model = AutoModelForCausalLM.from_pretrained(str(model), dtype=getattr(torch, dtype))
+            name = resolve_dtype(dtype, str(model))
+            model = AutoModelForCausalLM.from_pretrained(
+                str(model), dtype=getattr(torch, name) if name != "auto" else "auto")
+        elif dtype not in DEFAULTS:
+            model = model.to(getattr(torch, normalize_dtype(str(dtype))))
         if tokenizer is None:
             raise ValueError("pass the tokenizer along with a loaded model")
         if temperature <= 0:
@@ -47,8 +66,24 @@ class TransformersPolicy:
         self.temperature = temperature
         self.top_p = top_p
         self.device = device
-        self._generator = torch.Generator(device=device).manual_seed(seed)
-        self._lock = threading.Lock()  # one policy may serve several rollout workers
+        self.seed = int(seed)
+        limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        self.max_model_len = max_model_len or limit
+        self._generator = torch.Generator(device=device).manual_seed(self.seed)
+        self._lock = threading.Lock()  # one model may serve several rollout workers
+
+    def fork(self, seed: int) -> TransformersPolicy:
+        """An agent sharing this model (and its lock) with its own generator seeded `seed`."""
+        import torch
+
+        other = copy.copy(self)
+        other.seed = int(seed)
+        other._generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        return other
+
+    def seed_episode(self, seed: int) -> None:
+        """Reseed this agent's generator (called by the rollout with each episode's seed)."""
+        self._generator.manual_seed(int(seed))
 
     def reset(self, observation: str, info: Mapping[str, Any]) -> None:
         """Nothing to reset: each turn is sampled from the messages in `info`."""
@@ -72,14 +107,21 @@ class TransformersPolicy:
             add_generation_prompt=True
         )
         eos = self.tokenizer.eos_token_id
+        budget = self.max_new_tokens
+        if self.max_model_len:
+            budget = min(budget, int(self.max_model_len) - len(prompt))
+            if budget < 1:
+                raise ValueError(f"the prompt has {len(prompt)} tokens: no room left in "
+                                 f"max_model_len {self.max_model_len} to sample a turn")
         cache = DynamicCache(config=self.model.config)
         step_input = torch.tensor([prompt], device=self.device)
         ids: list[int] = []
         logprobs: list[float] = []
         with torch.no_grad():
-            for _ in range(self.max_new_tokens):
+            for _ in range(budget):
                 logits = self.model(input_ids=step_input, past_key_values=cache, use_cache=True)
-                logits = logits.logits[0, -1].float()
+                logits = logits.logits[0, -1]
+                logits = logits if logits.dtype == torch.float64 else logits.float()
                 logp = torch.log_softmax(logits, dim=-1)
                 probs = torch.softmax(logits / self.temperature, dim=-1)
                 if self.top_p < 1.0:

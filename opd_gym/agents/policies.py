@@ -3,6 +3,7 @@ vllm:URL. Each spec gives a factory `make(env) -> agent` (one agent per rollout 
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -73,6 +74,8 @@ class OpenAIChatPolicy:
         api_key: str | None = None,
         temperature: float = 0.7,
         max_tokens: int = 1024,
+        top_p: float | None = None,
+        seed: int | None = None,
         timeout: float = 120.0,
     ) -> None:
         try:
@@ -84,9 +87,17 @@ class OpenAIChatPolicy:
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.top_p = top_p
+        self.seed = seed
+        self._turn = 0
 
     def reset(self, observation: str, info: Mapping[str, Any]) -> None:
         """Stateless: every turn sends the env's full message list."""
+
+    def seed_episode(self, seed: int) -> None:
+        """Seed this episode's requests from `seed` (when the policy is seeded at all)."""
+        if self.seed is not None:
+            self.seed, self._turn = int(seed), 0
 
     def act(self, observation: str, info: Mapping[str, Any]) -> Mapping[str, Any]:
         if self.model is None:
@@ -99,6 +110,11 @@ class OpenAIChatPolicy:
             "temperature": self.temperature,
             "max_tokens": self.max_tokens,
         }
+        if self.top_p is not None:
+            payload["top_p"] = self.top_p
+        if self.seed is not None:
+            payload["seed"] = (self.seed * 1_000_003 + self._turn) % 2**31
+            self._turn += 1
         response = self._http.post("/chat/completions", json=payload).raise_for_status()
         message = response.json()["choices"][0]["message"]
         return {
@@ -121,9 +137,28 @@ def check_server(base_url: str, path: str = "/models", timeout: float = 10.0) ->
         ) from None
 
 
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
+MODEL = ("dtype", "device", "max_model_len")
+
+
 def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
-    """`make(env) -> agent` for a policy spec (see POLICY_HELP); raises ValueError if unknown."""
+    """`make(env) -> agent` for a policy spec (see POLICY_HELP); raises ValueError if unknown.
+
+    `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
+    `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
+    then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
+    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
+    """
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
+    if unknown:
+        raise ValueError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
     scheme, _, target = spec.partition(":")
+    served = scheme in ("openai", "vllm") and target
+    model_options = sorted(set(options) & set(MODEL))
+    if served and model_options:
+        raise ValueError(f"{model_options} are set where the {scheme}: server is started, not "
+                         "by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
     if spec == "demo":
         return lambda env: DemoAgent(tasks)
     if spec == "reference":
@@ -133,18 +168,22 @@ def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Call
 
         queues = replay_queues(list(read_trajectories(target)))
         return lambda env: ReplayAgent(queues)
+    seed = int(options.pop("seed", 0))
+    workers = itertools.count()
     if scheme == "hf" and target:
         from opd_gym.agents.hf import TransformersPolicy
 
-        shared = TransformersPolicy(target, **options)  # one model; sampling is per call
-        return lambda env: shared
+        shared = TransformersPolicy(target, seed=seed, **options)  # one model for all workers
+        return lambda env: shared.fork(seed + next(workers))
+    if "max_new_tokens" in options:
+        options["max_tokens"] = options.pop("max_new_tokens")
     if scheme == "openai" and target:
         check_server(target)
-        return lambda env: OpenAIChatPolicy(target, **options)
+        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
     if scheme == "vllm" and target:
         from opd_gym.agents.vllm import VLLMPolicy
 
         check_server(target, "/v1/models")
 
-        return lambda env: VLLMPolicy(target, **options)
+        return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
     raise ValueError(f"unknown policy {spec!r}; use one of: {POLICY_HELP}")

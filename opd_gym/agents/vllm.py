@@ -29,8 +29,9 @@ class VLLMPolicy:
         tokenizer: tokenizer object or local path of the served model; defaults to the
             model path the server reports.
         max_tokens: cap on sampled tokens per turn (also bounded by the context left).
-        temperature, top_p: sampling settings; seed: request i is seeded with `seed + i`
-            (reproducible runs, different draws per turn), None for unseeded.
+        temperature, top_p: sampling settings; seed: request i is seeded from (`seed`, i)
+            (reproducible runs, different draws per turn), None for unseeded;
+            `seed_episode(seed)` restarts that sequence from an episode's own seed.
         extra_body: more completion parameters (e.g. {"min_p": 0.05}).
     """
 
@@ -73,6 +74,13 @@ class VLLMPolicy:
     def reset(self, observation: str, info: Mapping[str, Any]) -> None:
         """Nothing to reset: each turn is sampled from the messages in `info`."""
 
+    def seed_episode(self, seed: int) -> None:
+        """Seed this episode's requests from `seed` (each worker's agent has its own)."""
+        if self.seed is not None:
+            with self._draw_lock:
+                self.seed = int(seed)
+                self._draws = itertools.count()
+
     def act(self, observation: str, info: Mapping[str, Any]) -> TokenText:
         return self.sample(info["messages"], info.get("tools"))
 
@@ -104,7 +112,7 @@ class VLLMPolicy:
         }
         if self.seed is not None:
             with self._draw_lock:
-                body["seed"] = self.seed + next(self._draws)
+                body["seed"] = (self.seed * 1_000_003 + next(self._draws)) % 2**31
         choice = self.client.call("POST", f"{self.client.api}/completions", body)["choices"][0]
         ids = [int(t) for t in choice.get("token_ids") or []]
         logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]

@@ -24,7 +24,8 @@ DELIVERIES = ("per_step", "per_episode")
 
 
 def resolve_teacher(spec: Any) -> Any:
-    """A teacher from a spec: "tiny" (a locally built demo model), "hf:PATH", or an object."""
+    """A teacher from a spec: "tiny" (a locally built demo model), "hf:PATH", a dict
+    {"spec": ..., **options} (e.g. dtype, device, max_model_len), or an object."""
     from opd_gym.opd.teachers import make_teacher
 
     if spec == "tiny":
@@ -35,7 +36,12 @@ def resolve_teacher(spec: Any) -> Any:
         return make_teacher(spec)
     if isinstance(spec, Mapping):
         options = dict(spec)
-        return make_teacher(options.pop("spec"), **options)
+        target = options.pop("spec")
+        if target == "tiny":
+            from opd_gym.models.tiny import ensure_tiny_model
+
+            target = f"hf:{ensure_tiny_model()}"
+        return make_teacher(target, **options)
     if hasattr(spec, "score") and hasattr(spec, "tokenizer"):
         return spec
     raise ValueError(f"unknown teacher {spec!r}: use 'tiny', 'hf:/path', or a Teacher object")

