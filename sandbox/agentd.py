@@ -532,6 +532,8 @@ def _start_command():
 
 def _write_command(cmd):
     path = os.path.join(STATE, "cmd")
+    with AS_AGENT:  # the agent may have removed its state dir: the shell needs it back
+        os.makedirs(STATE, mode=0o700, exist_ok=True)
     errors = "surrogateescape" if _escapable(cmd) else "replace"
     data = cmd.replace("\x00", "").encode("utf-8", errors)
     with AS_AGENT:

@@ -82,7 +82,15 @@ class Snapshot(dict[str, bytes]):
 
 @runtime_checkable
 class Sandbox(Protocol):
-    """A workspace with a persistent shell: cwd and exported variables survive between runs."""
+    """A workspace with a persistent shell: cwd and exported variables survive between runs.
+
+    Process rule: a command's background processes may outlive it (e.g. a server used by the
+    next command), but a command that times out, a `snapshot` (taken at submit) and `close`
+    first kill every process the agent started, setsid escapees included, so nothing the
+    agent left running can change the workspace during or after a snapshot. File operations
+    take paths relative to the workspace (symlinks leading out, '..' above it and absolute
+    paths elsewhere are refused) and act only on regular files.
+    """
 
     workspace: str
 

@@ -3,6 +3,14 @@
 Each sandbox is one `bwrap` process: new user/pid/net/ipc/uts namespaces (no network but
 loopback), all capabilities dropped, the offline rootfs (or the host, read-only) as `/`, and
 size-limited tmpfs for the workspace and /tmp. Everything dies with the helper.
+
+Weaker guarantee than Docker: without privileges the helper and the agent's commands share
+one uid, so the helper cannot do file operations "as the agent" (the fd-by-fd path walk is
+the only workspace boundary) and kills the agent's processes by walking its own descendants
+(it is their subreaper) instead of kill(-1) as another uid. The helper makes itself
+non-dumpable, which closes /proc/<helper>/fd to the agent's processes (they hold no
+CAP_SYS_PTRACE), and the host still validates and size-caps every reply; but the grade is
+only as trustworthy as that: use Docker for RL against an untrusted agent.
 """
 
 from __future__ import annotations
@@ -97,6 +105,7 @@ class BwrapSandbox(HelperSandbox):
         argv = self.argv() + [
             python,
             "-u",
+            "-I",  # isolated: never import a module the agent left in the workspace
             "-c",
             helper_source(),
             self.workspace,

@@ -1,7 +1,11 @@
 """Local backend: a temp-dir workspace on the host with rlimits and process-group timeouts.
 
 No isolation at all: the agent's commands run as this user with this network. Opt-in only,
-for debugging or machines where neither Docker nor bubblewrap is available.
+for debugging or machines where neither Docker nor bubblewrap is available. The helper
+protocol behaves as elsewhere (path walk, reply checks and size caps on the host, killing
+every descendant of the helper), but nothing separates the agent from the helper: run as
+root (or with CAP_SYS_PTRACE), the agent can write forged, well-formed replies into the
+helper's stdout, and it can always touch anything this user can.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class LocalSandbox(HelperSandbox):
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
             "HOME": self.workspace,
         }
-        argv = [sys.executable, "-c", helper_source(), self.workspace, state]
+        argv = [sys.executable, "-I", "-c", helper_source(), self.workspace, state]
         return PipeTransport(argv, env=env, cwd=self.workspace, preexec_fn=self._limits)
 
     def _teardown(self) -> None:

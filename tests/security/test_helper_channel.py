@@ -157,6 +157,24 @@ def test_forged_snapshot_cannot_replace_the_real_one(docker_box):
     assert snap["solution.py"] == b"REAL = 1\n"
 
 
+@pytest.mark.docker
+def test_modules_left_in_the_workspace_are_never_imported_by_the_root_helper(docker_box):
+    for name in ("json", "base64", "select", "stat", "ctypes", "subprocess", "errno"):
+        docker_box.write_file(f"{name}.py", "open('/tmp/pwned', 'w').write('root')\n")
+    docker_box.run("sleep 5", timeout=0.5)  # a timeout, a kill, a shell restart...
+    docker_box.snapshot()
+    docker_box.list_dir(".")
+    assert docker_box.run("ls /tmp/pwned 2>&1").output.endswith("No such file or directory\n")
+    assert "\x00-I\x00" in docker_box.run(f"cat /proc/{docker_box.helper_pid}/cmdline").output
+
+
+def test_removing_the_shell_state_does_not_break_commands(box):
+    box.run("export KEEP=1")
+    box.run('rm -rf "$__opd_st_"')  # the shell's own state dir (cwd, env, output pipe)
+    assert box.run("echo ok").output == "ok\n"
+    assert box.run("echo again").output == "again\n"
+
+
 # -- control lines (every backend) ---------------------------------------------------------
 ZYGOTE_FD = "/proc/$(cut -d' ' -f4 /proc/$BASHPID/stat)/fd"
 
