@@ -89,7 +89,8 @@ def data_reply_limit(max_bytes: int) -> int:
 
 def snapshot_reply_limit(max_bytes: int, max_files: int) -> int:
     """Longest valid `snapshot` reply: base64 data and JSON paths share one byte budget."""
-    return 4 * max_bytes // 3 + 8 * max_files + MAX_SKIPPED * 6 * MAX_NOTE_CHARS + SMALL_REPLY
+    # each note character is at worst a 12-char escaped surrogate pair
+    return 4 * max_bytes // 3 + 8 * max_files + MAX_SKIPPED * 12 * MAX_NOTE_CHARS + SMALL_REPLY
 
 
 LS_REPLY_LIMIT = MAX_LS_ENTRIES * (6 * 255 + 64) + SMALL_REPLY

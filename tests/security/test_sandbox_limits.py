@@ -197,6 +197,19 @@ def test_deep_and_unreadable_trees_are_skipped_with_notes(box):
     assert any("deeper than 64 levels" in n for n in snap.skipped)
 
 
+def test_skip_notes_on_hostile_names_stay_within_the_reply_cap(box):
+    # 300 symlinks whose names are 60 astral characters each: the worst case for escaping
+    make = ("import os\nfor i in range(300):\n"
+            "    os.symlink('x', '\\U0001F600' * 60 + str(i))\n"
+            "open(b'bad\\xff\\xfename', 'w').write('x')\nopen('ok.py', 'w').write('x')\n")
+    assert box.run(f"python3 -c {shlex.quote(make)}").exit_code == 0
+    snap = box.snapshot()
+    assert set(snap) == {"ok.py"}
+    assert snap.skipped_count == 301 and len(snap.skipped) == 100
+    assert all(len(note) <= 300 for note in snap.skipped)
+    assert box.alive
+
+
 def test_snapshot_files_are_all_writable_by_write_file(box):
     box.run("head -c 11000000 /dev/zero > scratch.bin && echo 'def f(): return 1' > sol.py")
     snap = box.snapshot()
