@@ -174,6 +174,18 @@ def encode(obj, depth=0, budget=None):
     return {"$": "ref", "id": handle_of(obj), "cls": describe_class(kind)}
 
 
+def ask_harness(message):
+    """Send a callback request and serve nested requests until the harness answers it."""
+    send(message)
+    while True:
+        reply = receive()
+        if "cbr" in reply:
+            return decode(reply["cbr"])
+        if "cbe" in reply:
+            raise rebuild_error(reply["cbe"])
+        serve(reply)  # a nested request made by the callback itself
+
+
 class Callback:
     """A callable of the harness (e.g. a lambda a test passes in): calling it asks the harness."""
 
@@ -181,15 +193,8 @@ class Callback:
         self.cid = cid
 
     def __call__(self, *args, **kwargs):
-        send({"cb": self.cid, "args": [encode(a) for a in args],
-              "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
-        while True:
-            message = receive()
-            if "cbr" in message:
-                return decode(message["cbr"])
-            if "cbe" in message:
-                raise rebuild_error(message["cbe"])
-            serve(message)  # a nested request made by the callback itself
+        return ask_harness({"cb": self.cid, "args": [encode(a) for a in args],
+                            "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
 
 
 class HarnessObject:
@@ -200,14 +205,7 @@ class HarnessObject:
         self._opd_cid = cid
 
     def _opd_op(self, op, *args):
-        send({"cb": self._opd_cid, "op": op, "args": [encode(a) for a in args]})
-        while True:
-            message = receive()
-            if "cbr" in message:
-                return decode(message["cbr"])
-            if "cbe" in message:
-                raise rebuild_error(message["cbe"])
-            serve(message)
+        return ask_harness({"cb": self._opd_cid, "op": op, "args": [encode(a) for a in args]})
 
     def __getattr__(self, name):
         if name.startswith("_"):
