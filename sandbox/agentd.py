@@ -126,15 +126,19 @@ AGENT_IDS = _parse_agent(AGENT)
 class _AsAgent:
     """Context: file operations run with the agent's effective uid/gid (privileged mode only)."""
 
+    depth = 0
+
     def __enter__(self):
-        if AGENT_IDS is not None:
+        if AGENT_IDS is not None and self.depth == 0:
             os.setegid(AGENT_IDS[1])
             os.seteuid(AGENT_IDS[0])  # clears the effective capabilities too
+        self.depth += 1
         return self
 
     def __exit__(self, *exc):
-        if AGENT_IDS is not None:
-            os.seteuid(0)
+        self.depth -= 1
+        if AGENT_IDS is not None and self.depth == 0:
+            os.seteuid(0)  # the permitted capabilities come back into effect
             os.setegid(0)
         return False
 
@@ -916,6 +920,7 @@ def _handle(line):
     if AGENT_IDS is not None and os.geteuid() != 0:  # never answer with dropped privileges
         os.seteuid(0)
         os.setegid(0)
+        AS_AGENT.depth = 0
     reply["id"] = rid if isinstance(rid, int) and not isinstance(rid, bool) else None
     return reply
 
@@ -925,6 +930,7 @@ def _terminate(*_):
     if AGENT_IDS is not None and os.geteuid() != 0:
         os.seteuid(0)
         os.setegid(0)
+        AS_AGENT.depth = 0
     kill_agent()
     os._exit(0)
 

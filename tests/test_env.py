@@ -284,3 +284,41 @@ def test_import_stays_light():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_step_time_budget_bounds_chained_calls(toy_task):
+    env = CodingEnv(tasks=[toy_task], sandbox="local", pool_size=1, step_time_budget=1.5)
+    try:
+        env.reset(seed=0)
+        chain = "\n".join(call("terminal", command="sleep 1; echo ok", timeout=5)
+                          for _ in range(6))
+        _, _, terminated, truncated, info = env.step(chain)
+        kinds = [r["error"] for r in info["tool_results"]]
+        assert not terminated and not truncated
+        assert kinds[0] == "" and kinds[1] == "timeout"
+        assert kinds[2:] == ["step_budget"] * 4
+        assert sum(r["duration"] for r in info["tool_results"]) < 3
+    finally:
+        env.close()
+
+
+def test_hostile_arguments_never_raise(toy_task):
+    env = CodingEnv(tasks=[toy_task], sandbox="local", pool_size=1, max_format_errors=10)
+    deep = "[" * 100000 + "]" * 100000
+    try:
+        env.reset(seed=0)
+        for action in (
+            f'<tool_call>{{"name": "terminal", "arguments": {deep}}}</tool_call>',
+            {"tool_calls": [{"function": {"name": "terminal",
+                                          "arguments": '{"command":' + deep}}]},
+            call("write_file", path="a.py", content="x\ud800"),
+            call("read_file", path="\udcff"),
+            call("terminal", command="echo big", timeout=10**400),
+        ):
+            obs, *_ = env.step(action)
+            assert obs.strip()
+        outputs = [m["content"] for m in env.messages if m["role"] == "tool"]
+        assert any("lone surrogate" in o for o in outputs)
+        assert outputs[-1] == "big\n[exit code: 0]"
+    finally:
+        env.close()
