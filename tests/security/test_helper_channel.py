@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import resource
 import shlex
 import sys
@@ -94,8 +95,17 @@ def test_file_operations_act_with_the_agent_uid(docker_box):
     assert docker_box.run("echo still fine").output == "still fine\n"
 
 
-@pytest.mark.docker
-def test_forged_reply_through_proc_fd_is_refused_and_real_replies_stay_correct(docker_box):
+@pytest.fixture(params=[pytest.param("docker", marks=pytest.mark.docker), "bwrap"])
+def isolated_box(request):
+    sb = open_sandbox(request.param)
+    yield sb
+    sb.close()
+
+
+def test_forged_reply_through_proc_fd_is_refused_and_real_replies_stay_correct(isolated_box):
+    # Docker: the helper is root. bubblewrap: same uid, but the helper is non-dumpable and
+    # the agent holds no CAP_SYS_PTRACE, so /proc/<helper>/fd is closed to it as well.
+    docker_box = isolated_box
     pid = docker_box.helper_pid
     forged = shlex.quote(forged_run_reply(2) + "\n" + forged_run_reply(3))
     attempt = docker_box.run(
@@ -103,7 +113,7 @@ def test_forged_reply_through_proc_fd_is_refused_and_real_replies_stay_correct(d
         f" done; ls /proc/{pid}/fd/ 2>&1; cat /proc/{pid}/environ >/dev/null 2>&1 || echo no-env"
     )
     assert "wrote-" not in attempt.output
-    assert "Permission denied" in attempt.output and "no-env" in attempt.output
+    assert "Permission denied" in attempt.output
     assert "FORGED" not in attempt.output
     real = docker_box.run("echo real")
     assert real.output == "real\n" and real.exit_code == 0
@@ -201,6 +211,34 @@ def test_forged_pid_line_cannot_make_the_helper_kill_root_processes(docker_box):
     out = docker_box.run("ps -eo uid=,args= | awk '$1 == 0' | wc -l").output
     assert int(out) >= 3  # init, the main process and the helper are alive
     assert docker_box.alive
+
+
+# -- the local backend run as root: forging is possible, believing it is not ------------------
+local_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="only a root agent (CAP_SYS_PTRACE) can open the helper's fds"
+)
+
+
+@local_root
+@pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
+@pytest.mark.parametrize("payload", [
+    "printf '{}\\n'",
+    "printf 'not json\\n'",
+    "printf '%s\\n' '{\"ok\": true, \"id\": 424242}'",
+    "head -c 300000000 /dev/zero",
+])
+def test_forged_lines_on_the_unisolated_backend_end_the_sandbox_cleanly(payload):
+    sandbox = open_sandbox("local")
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with pytest.raises(SandboxProtocolError, match="cannot be trusted"):
+            sandbox.run(f"{payload} > /proc/{sandbox.helper_pid}/fd/1; sleep 1", timeout=20)
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert grown < 50_000, f"the host grew by {grown} KiB"
+        with pytest.raises(SandboxDied, match="unusable"):
+            sandbox.run("true")
+    finally:
+        sandbox.close()
 
 
 # -- host-side validation: a helper that lies ------------------------------------------------
@@ -353,13 +391,18 @@ def test_an_honest_error_reply_does_not_poison_the_sandbox():
         sandbox.close()
 
 
-def test_a_lying_helper_ends_the_episode_cleanly(make_task):
-    pool = SandboxPool(lambda: LyingSandbox({"run": run_fields(head="y" * 70000)}), size=1)
+@pytest.mark.parametrize("op", ["run", "snapshot"])
+def test_a_lying_helper_ends_the_episode_cleanly(make_task, op):
+    lie = {"run": run_fields(head="y" * 70000),
+           "snapshot": '{"ok": true, "id": $ID, "files": {"../x": ""}, "skipped": [], '
+                       '"skipped_count": 0}'}[op]
+    pool = SandboxPool(lambda: LyingSandbox({op: lie}), size=1)
     env = CodingEnv(tasks=[make_task()], sandbox=pool)
     try:
         env.reset(seed=0)
-        call = format_tool_call("terminal", {"command": "echo hi"})
-        obs, reward, terminated, truncated, info = env.step(call)
+        action = format_tool_call("terminal", {"command": "echo hi"}) if op == "run" else \
+            format_tool_call("submit", {})
+        obs, reward, terminated, truncated, info = env.step(action)
         assert truncated and not terminated and reward == 0.0
         assert info["end_reason"] == "sandbox_died"
         assert "sandbox stopped" in obs and "cannot be trusted" in obs
