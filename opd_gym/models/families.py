@@ -170,6 +170,21 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str, str | None]] = {
 }
 
 
+# Assistant turns that exercise each family's history behaviour: thinking, compact JSON,
+# canonical JSON, a format error with trailing spaces (content trimmed by Llama 3.1; the user
+# note after it makes Qwen3 drop earlier thinking), a failing command, then submit.
+PROBE_TURNS = (
+    "<think>\nI should look at the files first.\n</think>\n\nLet me list them.\n<tool_call>\n"
+    '{"name":"terminal","arguments":{"command":"ls"}}\n</tool_call>',
+    '<tool_call>\n{"name": "terminal", "arguments": {"command": "echo hi; exit 1"}}\n'
+    "</tool_call>",
+    "I am not sure what to do next.  ",
+    "<think>\nRead the task again.\n</think>\n\n<tool_call>\n"
+    '{"name": "terminal", "arguments": {"command": "cat missing.txt"}}\n</tool_call>',
+    '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>',
+)
+
+
 def family_tokenizer_dir(model_dir: str | Path, family: str, out_dir: str | Path) -> Path:
     """Write the tiny tokenizer of `model_dir` with `family`'s template into `out_dir`."""
     if family not in FAMILIES:

@@ -13,13 +13,11 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
 import opd_gym  # noqa: F401  (registers the env)
-from opd_gym.actions import TokenText
+from opd_gym.agents.forced import TeacherForcedPolicy
 from opd_gym.agents.hf import TransformersPolicy
-from opd_gym.models.families import FAMILIES, family_tokenizer
-from opd_gym.opd.chat import render_ids
+from opd_gym.models.families import FAMILIES, PROBE_TURNS, family_tokenizer
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.transcript import RAW, messages_for_template, renders_like_raw
@@ -29,45 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backe
 FAMILY_NAMES = sorted(FAMILIES)
 BOUND = 5e-5  # fp32 bound for the empty-hint control (issue 17)
 
-# What a model might emit: thinking, compact JSON, canonical JSON, a format error with
-# trailing spaces, a cat of a missing file, then submit.
-TEXTS = [
-    "<think>\nI should look at the files first.\n</think>\n\nLet me list them.\n<tool_call>\n"
-    '{"name":"terminal","arguments":{"command":"ls"}}\n</tool_call>',
-    '<tool_call>\n{"name": "terminal", "arguments": {"command": "echo hi; exit 1"}}\n'
-    "</tool_call>",
-    "I am not sure what to do next.  ",
-    "<think>\nRead the task again.\n</think>\n\n<tool_call>\n"
-    '{"name": "terminal", "arguments": {"command": "cat missing.txt"}}\n</tool_call>',
-    '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>',
-]
-
-
-class ForcedPolicy:
-    """A student that emits given texts: exact prompt ids, ids and its model's logprobs.
-
-    The logprobs come from one plain forward pass of the model over prompt + ids, an
-    independent reference for the teacher's numbers.
-    """
-
-    def __init__(self, model, tokenizer, texts, *, give_prompt_ids=True):
-        self.model, self.tokenizer, self.texts = model, tokenizer, list(texts)
-        self.give_prompt_ids = give_prompt_ids
-        self.prompts: list[list[int]] = []
-
-    def act(self, observation, info):
-        tok = self.tokenizer
-        prompt = render_ids(tok, messages_for_template(info["messages"], tok), info["tools"],
-                            add_generation_prompt=True)
-        text = self.texts[len(self.prompts) % len(self.texts)]
-        ids = [*tok.encode(text, add_special_tokens=False), tok.eos_token_id]
-        with torch.no_grad():
-            logits = self.model(input_ids=torch.tensor([prompt + ids])).logits[0].double()
-        logp = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
-        logprobs = logp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-        self.prompts.append(prompt)
-        return TokenText(text, token_ids=ids, logprobs=logprobs,
-                         prompt_ids=prompt if self.give_prompt_ids else None)
+TEXTS = list(PROBE_TURNS)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +66,7 @@ def control(records, actions):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_transcript_re_renders_what_the_model_emitted(tiny_model, families, family):
     tok = families[family]
-    policy = ForcedPolicy(tiny_model, tok, TEXTS)
+    policy = TeacherForcedPolicy(tiny_model, tok, TEXTS)
     env = make_env(len(TEXTS))
     _, actions = play(env, policy)
     messages = env.unwrapped.messages
@@ -130,14 +90,15 @@ def test_transcript_re_renders_what_the_model_emitted(tiny_model, families, fami
     assert breaks == expected, (family, breaks)
 
 
-@pytest.mark.parametrize("with_prompt_ids", [True, False], ids=["prompt_ids", "rendered"])
-@pytest.mark.parametrize("scope", ["turn", "episode"])
+@pytest.mark.parametrize(("scope", "with_prompt_ids"),
+                         [("turn", True), ("episode", True), ("episode", False)],
+                         ids=["turn", "episode", "episode-rendered"])
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_empty_hint_control_on_real_templates(tiny_model, families, family, scope,
                                               with_prompt_ids):
     tok = families[family]
     teacher = TransformersTeacher(tiny_model, tokenizer=tok)
-    policy = ForcedPolicy(tiny_model, tok, TEXTS, give_prompt_ids=with_prompt_ids)
+    policy = TeacherForcedPolicy(tiny_model, tok, TEXTS, give_prompt_ids=with_prompt_ids)
     env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher, judge=None, topk=5,
                      delivery="per_episode", hint_scope=scope)
     info, actions = play(env, policy)
@@ -160,7 +121,7 @@ def test_empty_hint_control_with_sampled_turns(tiny_model, families, family):
     tok = families[family]
     teacher = TransformersTeacher(tiny_model, tokenizer=tok)
     for scope in ("turn", "episode"):
-        policy = TransformersPolicy(tiny_model, tokenizer=tok, max_new_tokens=40, seed=11)
+        policy = TransformersPolicy(tiny_model, tokenizer=tok, max_new_tokens=24, seed=11)
         env = OPDWrapper(make_env(3), teacher=teacher, judge=None, topk=5,
                          delivery="per_episode", hint_scope=scope)
         info, actions = play(env, policy)
@@ -178,7 +139,7 @@ def test_hinted_turns_on_a_history_rewriting_template(tiny_model, families):
     for scope in ("turn", "episode"):
         env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher, judge="rule", topk=5,
                          delivery="per_episode", hint_scope=scope)
-        info, _ = play(env, ForcedPolicy(tiny_model, tok, TEXTS))
+        info, _ = play(env, TeacherForcedPolicy(tiny_model, tok, TEXTS))
         env.close()
         records = info["opd"]
         assert all(r.scored for r in records)
