@@ -74,14 +74,19 @@ class AgentProcesses:
         self.spared = set(self._pids()) if uid is not None else set()
 
     def _pids(self):
+        """Live (not zombie) processes of the agent's uid."""
         pids = []
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
-                    if os.stat("/proc/" + name).st_uid == self.uid:
-                        pids.append(int(name))
-                except OSError:
-                    pass
+                    if os.stat("/proc/" + name).st_uid != self.uid:
+                        continue
+                    with open(f"/proc/{name}/stat", "rb") as fh:
+                        state = fh.read().rpartition(b")")[2].split()[0]
+                except (OSError, IndexError):
+                    continue
+                if state != b"Z":
+                    pids.append(int(name))
         return pids
 
     def popen(self, argv, **kwargs):
@@ -111,7 +116,12 @@ class AgentProcesses:
                         os.kill(pid, signal.SIGKILL)
                     except OSError:
                         pass
-                time.sleep(0.01)
+                if proc is not None:
+                    try:
+                        proc.wait(timeout=0.2)  # our child: reap it, it is no zombie then
+                    except subprocess.TimeoutExpired:
+                        pass
+                time.sleep(0.002)
         if proc is not None:
             try:
                 proc.wait(timeout=5)
@@ -130,7 +140,7 @@ def read_message(fd, buffer, budget):
         ready, _, _ = select.select([fd], [], [], min(left, 1.0))
         if not ready:
             continue
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, 65536)
         if not chunk:
             raise GradingAbort("the solution's process exited")
         buffer += chunk
@@ -155,6 +165,7 @@ class Channel:
         self.processes = processes
         self.budget = budget
         self.proc = None
+        self.ready = False
         self.buffer = bytearray()
         self.generation = 0
         self.proxies = {}
@@ -163,17 +174,23 @@ class Channel:
         self.test_modules = set()  # names of the hidden test modules (their objects may go)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def start(self):
-        if self.proc is not None and self.proc.poll() is None:
-            return
-        if self.budget.left() <= 0:
-            self.budget.exhausted = True
-            raise GradingAbort("the time budget of the test run is spent")
+    def spawn(self):
+        """Start the solution's process without waiting for it (it boots while pytest loads)."""
         self.generation += 1
         self.proxies, self.classes, self.buffer = {}, {}, bytearray()
         argv = [sys.executable, "-I", "-c", self.source]
         self.proc = self.processes.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.DEVNULL)
+        self.ready = False
+
+    def start(self):
+        if self.proc is not None and self.ready and self.proc.poll() is None:
+            return
+        if self.budget.left() <= 0:
+            self.budget.exhausted = True
+            raise GradingAbort("the time budget of the test run is spent")
+        if self.proc is None:
+            self.spawn()
         try:
             ready = read_message(self.proc.stdout.fileno(), self.buffer, self.budget)
         except GradingAbort:
@@ -182,6 +199,7 @@ class Channel:
         if "ready" not in ready:
             self.stop()
             raise GradingAbort("the solution's process did not start")
+        self.ready = True
 
     def stop(self):
         """Kill the solution's process; every handle into it is void from now on."""
@@ -195,6 +213,7 @@ class Channel:
                 except OSError:
                     pass
             self.proc = None
+            self.ready = False
 
     # -- requests -----------------------------------------------------------------------
     def request(self, message):
@@ -975,8 +994,12 @@ def main():
     os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=private, LANG="C.UTF-8",
                       PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     os.chdir(tests_dir)
+    CHANNEL.spawn()
+    phases = {"setup": time.monotonic() - started}
 
     import pytest
+
+    phases["import"] = time.monotonic() - started
 
     plugin = make_plugin(pytest, api.scratch_dir)
     log = tempfile.TemporaryFile()
@@ -992,7 +1015,9 @@ def main():
         status = -1
         plugin.collect_errors.append(["<session>", f"{type(exc).__name__}: {exc}"])
     finally:
+        phases["session"] = time.monotonic() - started
         CHANNEL.stop()
+        phases["stop"] = time.monotonic() - started
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved, 2)
@@ -1004,7 +1029,7 @@ def main():
              for nodeid, (o, m) in plugin.tests.items()]
     verdict = {"version": 1, "exit": status, "tests": tests, "collected": plugin.collected,
                "collect_errors": plugin.collect_errors, "timed_out": budget.exhausted,
-               "output": output, "duration": time.monotonic() - started}
+               "output": output, "duration": time.monotonic() - started, "phases": phases}
     shutil.rmtree(private, ignore_errors=True)
     os.write(verdict_fd, json.dumps(verdict).encode("utf-8", "surrogatepass") + b"\n")
     os.close(verdict_fd)
