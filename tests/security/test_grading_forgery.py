@@ -359,3 +359,28 @@ def test_a_hanging_solution_times_out_cleanly(grader):
     report = grade(grader, {"calc.py": "def add(a, b):\n    while True:\n        pass\n"}, task)
     assert report.score == 0.0 and report.timed_out and "timed out" in report.reason
     assert time.monotonic() - started < 20
+
+
+# -- end to end, through the public env API -----------------------------------------------------
+def test_planted_files_through_gym_make_earn_no_correctness():
+    import gymnasium as gym
+
+    from opd_gym.tools import format_tool_call
+
+    env = gym.make("opd_gym/Coding-v0", tasks=["decode_secret", "fizzbuzz"], pool_size=2)
+    try:
+        for task_id in ("decode_secret", "fizzbuzz"):
+            env.reset(options={"task_id": task_id})
+            chosen = ("__init__.py", "conftest.py", "pytest.ini", "sitecustomize.py",
+                      "pytest.py", "opd_grading.py")
+            planted = {path: PLANTED[path] for path in chosen}
+            for path, text in {**planted, "answer.txt": "wrong\n"}.items():
+                env.step(format_tool_call("write_file", {"path": path, "content": text}))
+            *_, terminated, _, info = env.step(format_tool_call("submit", {}))
+            grade = info["grade"]
+            # what the honest files earn: a one-line answer.txt that is wrong, no fizzbuzz.py
+            honest = {"decode_secret": 2 / 3, "fizzbuzz": 0.0}[task_id]
+            assert terminated and grade["score"] == pytest.approx(honest), (task_id, grade)
+            assert info["reward_breakdown"]["correctness"] == pytest.approx(honest)
+    finally:
+        env.close()
