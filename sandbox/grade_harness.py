@@ -39,6 +39,11 @@ MAX_MESSAGE = 64 << 20
 MAX_PROGRAM_OUTPUT = 16 << 20
 MESSAGE_CHARS = 500
 NOT_MIRRORED = {"KeyboardInterrupt", "GeneratorExit"}
+SAFE_BUILTINS = {
+    "int", "float", "str", "bytes", "bool", "list", "tuple", "dict", "set", "frozenset",
+    "complex", "bytearray", "object", "range", "len", "abs", "min", "max", "sum", "sorted",
+    "repr", "round", "divmod", "all", "any", "ord", "chr", "hash", "bin", "hex", "oct",
+}
 IMPORT_SYSTEM_NAMES = {"__path__", "__spec__", "__loader__", "__package__", "__file__",
                        "__cached__", "__builtins__", "__all__", "__getattr__", "__dict__",
                        "__wrapped__", "__class__"}
@@ -171,7 +176,7 @@ class Channel:
         self.proxies = {}
         self.classes = {}
         self.callbacks = []
-        self.test_modules = set()  # names of the hidden test modules (their objects may go)
+        self.tests_root = ""  # objects defined in modules under it may be passed by callback
 
     # -- lifecycle ----------------------------------------------------------------------
     def spawn(self):
@@ -327,12 +332,31 @@ class Channel:
             return {"$": "builtin", "v": name}
         if isinstance(value, types.ModuleType):
             raise TypeError("a module cannot be passed to the solution's code")
-        if callable(value) or kind.__module__ in self.test_modules:
+        if self._of_the_tests(value):
             self.callbacks.append(value)
             tag = "cb" if callable(value) else "hobj"
             return {"$": tag, "id": len(self.callbacks) - 1}
         raise TypeError(f"a {kind.__name__} object cannot be passed to the solution's code "
                         "(only plain data, callables and the solution's own objects)")
+
+    def _of_the_tests(self, value):
+        """Whether the solution may reach `value` through callbacks: objects, functions and
+        bound methods the hidden tests define, and methods of pure builtin types (str.lower).
+        Nothing else of the harness (os.system, its own functions) is ever handed out."""
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            return self._of_the_tests(owner) or type(owner).__name__ in SAFE_BUILTINS
+        if getattr(getattr(value, "__objclass__", None), "__name__", None) in SAFE_BUILTINS:
+            return True
+        if isinstance(value, type):
+            return self._test_module(value.__module__)
+        module = getattr(value, "__module__", None) if callable(value) else None
+        return self._test_module(module or type(value).__module__)
+
+    def _test_module(self, name):
+        """Whether module `name` is one of the hidden test files (or a helper beside them)."""
+        path = getattr(sys.modules.get(name) if isinstance(name, str) else None, "__file__", "")
+        return bool(self.tests_root) and str(path or "").startswith(self.tests_root)
 
     # -- wire -> harness values (validated) ---------------------------------------------
     def decode(self, value):
@@ -379,13 +403,13 @@ class Channel:
         }
         if tag in simple:
             return simple[tag]()
-        if tag == "builtin":
+        if tag == "builtin":  # only pure builtins: never eval, exec, open, getattr, ...
+            if v in SAFE_BUILTINS:
+                return getattr(builtins, v)
             found = getattr(builtins, str(v), None)
-            if not (isinstance(found, type) or isinstance(found, types.BuiltinFunctionType)):
-                raise TypeError("builtin")
             if isinstance(found, type) and issubclass(found, BaseException):
-                return self.exception_class({"builtin": str(v)})
-            return found
+                return self.exception_class({"builtin": str(v)}) or RuntimeError
+            raise TypeError("builtin")
         if tag == "class":
             return self.mirror(value["d"])
         if tag == "module":
@@ -920,10 +944,7 @@ def make_plugin(pytest, scratch_dir):
 
         def pytest_collection_finish(self, session):
             self.collected = [item.nodeid for item in session.items]
-            root = str(session.config.rootpath) + os.sep
-            for name, module in list(sys.modules.items()):
-                if str(getattr(module, "__file__", None) or "").startswith(root):
-                    CHANNEL.test_modules.add(name)
+
 
         def pytest_collectreport(self, report):
             if report.failed:
@@ -987,6 +1008,7 @@ def main():
     os.chmod(scratch_root, 0o755)
     processes = AgentProcesses(uid, workspace)
     CHANNEL = Channel(request["runner"], processes, budget)
+    CHANNEL.tests_root = tests_dir + os.sep
     api = make_api(workspace, processes, budget, scratch_root)
     sys.modules["opd_grading"] = api
     sys.meta_path.append(SolutionFinder(imported_names(request["tests"].values()), workspace))

@@ -6,6 +6,8 @@ Each test writes a solution and hidden tests, runs `sandbox/grade_harness.py` on
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from opd_gym.grading import parse_verdict, run_harness_here
@@ -260,3 +262,28 @@ def test_solution_modules_never_shadow_the_harness(tmp_path, name):
             f"or {name}.__name__ == 'opd_grading'\n    assert not hasattr({name}, 'FAKE')\n"
     results = run(tmp_path, {f"{name}.py": "FAKE = True\n"}, tests)
     assert outcomes(results) == {"test_real": "passed"}
+
+
+def test_the_solution_never_gets_a_dangerous_harness_callable(tmp_path):
+    solution = (
+        "def give_eval():\n    return eval\n\n"
+        "def poke(box):\n    return box.runner('echo pwned > /tmp/opd-pwned')\n\n"
+        "def use(fn):\n    return fn('abc')\n"
+    )
+    tests = (
+        "import os\nfrom sol import give_eval, poke, use\n\n\n"
+        "class Box:\n    runner = staticmethod(os.system)\n\n\n"
+        "EARLY = use(lambda text: text.upper())  # callbacks work during collection too\n\n\n"
+        "def test_eval_is_not_handed_over():\n    assert give_eval()('1 + 1') == 2\n\n\n"
+        "def test_harness_functions_stay_out_of_reach():\n    assert poke(Box()) == 0\n\n\n"
+        "def test_pure_builtin_methods_are_fine():\n    assert use(str.upper) == 'ABC'\n"
+        "    assert EARLY == 'ABC'\n"
+    )
+    results = run(tmp_path, {"sol.py": solution}, tests)
+    assert outcomes(results) == {
+        "test_eval_is_not_handed_over": "failed",
+        "test_harness_functions_stay_out_of_reach": "failed",
+        "test_pure_builtin_methods_are_fine": "passed",
+    }, results
+    assert "malformed" in results["test_eval_is_not_handed_over"][1]
+    assert not os.path.exists("/tmp/opd-pwned")
