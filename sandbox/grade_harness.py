@@ -35,7 +35,7 @@ import tempfile
 import time
 import types
 
-MAX_MESSAGE = 64 << 20
+MAX_MESSAGE = 16 << 20
 MAX_PROGRAM_OUTPUT = 16 << 20
 MESSAGE_CHARS = 500
 NOT_MIRRORED = {"KeyboardInterrupt", "GeneratorExit"}
