@@ -384,3 +384,20 @@ def test_planted_files_through_gym_make_earn_no_correctness():
             assert info["reward_breakdown"]["correctness"] == pytest.approx(honest)
     finally:
         env.close()
+
+
+def test_an_always_equal_class_of_the_solution_fails_the_value_tests(grader):
+    task = next(t for t in SUITE if t.id == "geometry_package")
+    files = {**task.files, **task.solution}
+    liar = files["geometry/vector.py"].replace(
+        "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)",
+        "    def __add__(self, other):\n        return Vector(0, 0)\n\n"
+        "    def __eq__(self, other):\n        return True\n\n"
+        "    def __ne__(self, other):\n        return False\n\n"
+        "    __hash__ = tuple.__hash__",
+    )
+    assert liar != files["geometry/vector.py"]
+    report = grader.grade(task, {k: v.encode() for k, v in {**files,
+                                 "geometry/vector.py": liar}.items()})
+    failed = {t.name.split("::")[-1] for t in report.tests if t.outcome != "passed"}
+    assert {"test_vector_arithmetic", "test_vector_equality"} <= failed, report.tests

@@ -11,13 +11,24 @@ def test_modules_exist():
     assert V is Vector and pa is polygon_area
 
 
+def xy(v):
+    """A vector's coordinates as plain data: what the results are compared by."""
+    return (v.x, v.y)
+
+
 def test_vector_arithmetic():
     a, b = Vector(1, 2), Vector(3, -1)
-    assert a + b == Vector(4, 1)
-    assert a - b == Vector(-2, 3)
-    assert a * 3 == Vector(3, 6)
-    assert 2 * a == Vector(2, 4)
-    assert (a.x, a.y) == (1, 2)
+    assert xy(a + b) == (4, 1)
+    assert xy(a - b) == (-2, 3)
+    assert xy(a * 3) == (3, 6)
+    assert xy(2 * a) == (2, 4)
+    assert xy(a) == (1, 2)
+
+
+def test_vector_equality():
+    assert Vector(1, 2) + Vector(3, -1) == Vector(4, 1)
+    assert not (Vector(1, 2) == Vector(2, 1))
+    assert Vector(1, 2) != Vector(1, 3)
 
 
 def test_vector_products():
