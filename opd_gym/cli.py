@@ -73,7 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if failed:
         print(f"\n{len(failed)} smoke session(s) failed; `opd-gym sandbox build` makes the image.")
         return 1
-    print("\nThe sandbox works. (The rollout job lands in a later release; this is a smoke run.)")
+    print("\nThe sandbox works (a smoke run; `opd-gym rollout` runs the main job).")
     return 0
 
 

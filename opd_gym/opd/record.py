@@ -48,7 +48,7 @@ def _as_array(name: str, value: Any, kind: str, dtype: type, ndim: int) -> np.nd
 
 @dataclass(eq=False)
 class OPDRecord:
-    """Teacher top-K and sampled-token logprobs for one assistant turn (schema: DESIGN.md §3)."""
+    """Teacher top-K and sampled-token logprobs for one assistant turn (schema: docs/opd.md)."""
 
     token_ids: np.ndarray
     teacher_token_logprobs: np.ndarray

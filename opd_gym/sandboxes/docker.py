@@ -12,10 +12,8 @@ from typing import Any
 
 from opd_gym.sandboxes.base import SandboxError, SandboxUnavailable
 from opd_gym.sandboxes.helper import DockerExecTransport, HelperSandbox, Transport, helper_source
-from opd_gym.sandboxes.reaper import owner_labels
-
-DEFAULT_IMAGE = "opd-gym-sandbox:1"
-LABEL = "opd_gym.sandbox"
+from opd_gym.sandboxes.image import DEFAULT_IMAGE
+from opd_gym.sandboxes.reaper import LABEL, owner_labels
 
 
 @dataclass(frozen=True)

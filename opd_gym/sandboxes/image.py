@@ -8,10 +8,15 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opd_gym.resources import data_path
 from opd_gym.sandboxes.base import SandboxUnavailable
-from opd_gym.sandboxes.docker import DEFAULT_IMAGE, DockerEngine
+
+if TYPE_CHECKING:
+    from opd_gym.sandboxes.docker import DockerEngine
+
+DEFAULT_IMAGE = "opd-gym-sandbox:1"
 
 RECIPE_VERSION = "1"
 BASE_IMAGE = "python:3.12-slim"
@@ -92,7 +97,10 @@ def build_image(
     log: Callable[[str], None] = print,
 ) -> str:
     """Make `image` exist; `method` is auto, dockerfile or offline. Returns the method used."""
-    engine = engine or DockerEngine()
+    if engine is None:
+        from opd_gym.sandboxes.docker import DockerEngine
+
+        engine = DockerEngine()
     if not force and engine.has_image(image):
         log(f"sandbox image {image} already present")
         return "present"

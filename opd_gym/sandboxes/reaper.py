@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+LABEL = "opd_gym.sandbox"  # every container of ours carries it (the reaper's filter)
+
 HOST = "opd_gym.owner.host"
 PID = "opd_gym.owner.pid"
 PID_START = "opd_gym.owner.start"
@@ -64,8 +66,6 @@ class PruneReport:
 def prune(engine: Any, *, everything: bool = False) -> PruneReport:
     """Remove opd_gym containers whose owner process died (or all of them with `everything`)."""
     from docker.errors import DockerException, NotFound
-
-    from opd_gym.sandboxes.docker import LABEL
 
     # The low-level list carries the labels, so no per-container inspect can race a removal.
     with engine.call() as client:
