@@ -167,6 +167,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         if logger is not None:
             logger.log(metrics, step=int(metrics["train/episodes"]))
 
+    restore = _apply_tool_format(args)
     try:
         summary = run_rollout(
             config,
@@ -177,6 +178,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
     finally:
+        restore()
         if logger is not None:
             logger.close()
     print(summary.table())
@@ -196,6 +198,42 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         written.append(out / "metrics.jsonl")
     print("wrote " + ", ".join(str(p) for p in written))
     return 1 if summary.failures and not summary.episodes else 0
+
+
+def _tool_format_name(spec: str, policy: str) -> str:
+    """The tool format for `--tool-format`: a name, or `auto` read from the policy's template."""
+    from opd_gym.tools.formats import DEFAULT_FORMAT, detect_tool_format, get_tool_format
+
+    if spec != "auto":
+        try:
+            return get_tool_format(spec).name
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    scheme, _, target = policy.partition(":")
+    if scheme == "hf" and target:
+        from transformers import AutoTokenizer
+
+        return detect_tool_format(AutoTokenizer.from_pretrained(target)) or DEFAULT_FORMAT
+    return DEFAULT_FORMAT
+
+
+def _apply_tool_format(args: argparse.Namespace) -> Callable[[], None]:
+    """Make the run's envs parse `--tool-format`; returns the undo (for in-process callers)."""
+    import gymnasium as gym
+
+    from opd_gym.registration import DEFAULT_ID
+
+    name = _tool_format_name(getattr(args, "tool_format", "hermes") or "hermes", args.policy)
+    spec = gym.spec(DEFAULT_ID)
+    before = dict(spec.kwargs)
+    if name != "hermes":
+        print(f"opd-gym rollout: tool-call format {name}", file=sys.stderr)
+        spec.kwargs["tool_format"] = name
+
+    def restore() -> None:
+        spec.kwargs.clear()
+        spec.kwargs.update(before)
+    return restore
 
 
 def _teacher_spec(args: argparse.Namespace) -> Any:
@@ -334,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--teacher", default="tiny", help="tiny | hf:PATH | vllm:URL | vllm-engine:PATH"
     )
     roll.add_argument("--judge", default="rule", help="rule | openai:URL | none")
+    roll.add_argument(
+        "--tool-format", default="hermes",
+        help="how the policy writes tool calls: hermes | qwen3_coder | llama3 | mistral | "
+        "deepseek | auto (read from an hf: policy's chat template)",
+    )
     roll.add_argument("--topk", type=int, default=20)
     roll.add_argument("--votes", type=int, default=3)
     roll.add_argument("--hint-scope", choices=["turn", "episode"], default="turn")

@@ -32,12 +32,8 @@ from opd_gym.spaces import ModelOutput, UnicodeText
 from opd_gym.tasks.loaders import load_hf_dataset, load_tasks
 from opd_gym.tasks.model import Task
 from opd_gym.tools.executor import ToolExecutor, ToolResult, error_result
-from opd_gym.tools.parsing import (
-    EXPECTED_FORMAT,
-    ParsedOutput,
-    parse_model_output,
-    parse_openai_tool_calls,
-)
+from opd_gym.tools.formats import get_tool_format
+from opd_gym.tools.parsing import ParsedOutput, parse_openai_tool_calls
 from opd_gym.tools.prompt import default_system_prompt
 from opd_gym.tools.schemas import SUBMIT, TOOL_NAMES, check_tool_names, tool_schemas
 from opd_gym.transcript import (
@@ -128,6 +124,9 @@ class CodingEnv(gym.Env[str, Any]):
         reward_weights: {"correctness", "efficiency", "tool_use"} (default 0.7/0.15/0.15).
         binary_correctness: correctness is 1 only if every hidden test passes.
         system_prompt: replaces the default system prompt.
+        tool_format: how calls are written in the text: "hermes" (default), "qwen3_coder",
+            "llama3", "mistral", "deepseek" (see `opd_gym.tools.formats`), or a tokenizer whose
+            chat template decides; the default system prompt states the chosen format.
         tools: the tool names offered (a subset of the five; must include "submit").
         render_mode: "ansi" (render returns the transcript) or "human" (prints it).
     """
@@ -151,6 +150,7 @@ class CodingEnv(gym.Env[str, Any]):
         system_prompt: str | None = None,
         tools: Sequence[str] | None = None,
         render_mode: str | None = None,
+        tool_format: Any = "hermes",
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
@@ -175,7 +175,10 @@ class CodingEnv(gym.Env[str, Any]):
         self.binary_correctness = binary_correctness
         self.tool_names = check_tool_names(tools if tools is not None else TOOL_NAMES)
         self._tools_json = json.dumps(tool_schemas(self.tool_names))
-        self.system_prompt = system_prompt or default_system_prompt(max_turns, self.tool_names)
+        self.tool_format = get_tool_format(tool_format)
+        self.system_prompt = system_prompt or default_system_prompt(
+            max_turns, self.tool_names, self.tool_format
+        )
         self.render_mode = render_mode
         self.observation_space = UnicodeText()
         self.action_space = ModelOutput()
@@ -347,14 +350,14 @@ class CodingEnv(gym.Env[str, Any]):
     def _parse(self, output: ModelOutputData, index: int) -> ParsedOutput:
         prefix = f"call_{index}"
         if output.problem is not None:
-            problem = f"{output.problem}. Expected text with {EXPECTED_FORMAT}."
+            problem = f"{output.problem}. Expected text with {self.tool_format.expected}."
             return ParsedOutput(output.text, [], [problem])
         if output.tool_calls is not None:
             parsed = parse_openai_tool_calls(
                 output.tool_calls, id_prefix=prefix, tools=self.tool_names
             )
             return dataclasses.replace(parsed, content=output.text)
-        return parse_model_output(
+        return self.tool_format.parse(
             output.text, parse_bash_blocks=self.parse_bash_blocks, id_prefix=prefix,
             tools=self.tool_names,
         )

@@ -140,6 +140,7 @@ def test_rerun_without_resume_is_refused(tmp_path):
             {},
             "not by the policy",
         ),
+        (["rollout", "--tool-format", "nope", "--sandbox", "local"], {}, "unknown tool_format"),
         (["view", "/no/such/run"], {}, "no run directory"),
         (["export", "/no/such/run", "--to", "trl"], {}, "no run directory"),
         (["tasks", "show", "nope"], {}, "no task 'nope'"),
@@ -200,3 +201,25 @@ def test_policy_and_teacher_options_reach_the_backends(tmp_path, tiny_cache):
                 teacher, student = record["teacher_token_logprobs"], record["student_logprobs"]
                 assert max(abs(a - b) for a, b in zip(teacher, student, strict=True)) < 5e-5
     assert runs["1"] == runs["2"]  # same seed, same episodes, whatever the worker layout
+
+
+def test_tool_format_flag_reaches_the_envs_and_is_undone(tiny_model_path):
+    import argparse
+
+    import gymnasium as gym
+
+    from opd_gym.cli import _apply_tool_format, _tool_format_name
+    from opd_gym.models.families import family_tokenizer_dir
+
+    llama = family_tokenizer_dir(tiny_model_path, "llama3.1", Path(tiny_model_path).parent / "l")
+    assert _tool_format_name("auto", f"hf:{llama}") == "llama3"
+    assert _tool_format_name("auto", "demo") == "hermes"
+    restore = _apply_tool_format(argparse.Namespace(tool_format="Qwen3-Coder", policy="demo"))
+    try:
+        env = gym.make("opd_gym/Coding-v0", sandbox="local")
+        assert env.unwrapped.tool_format.name == "qwen3_coder"
+        assert "<function=" in env.unwrapped.system_prompt
+        env.close()
+    finally:
+        restore()
+    assert "tool_format" not in gym.spec("opd_gym/Coding-v0").kwargs

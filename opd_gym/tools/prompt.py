@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
+from opd_gym.tools.formats import get_tool_format
 from opd_gym.tools.schemas import TOOL_NAMES, signature
 
 _PURPOSE = {
@@ -15,18 +17,17 @@ _PURPOSE = {
 }
 
 
-def default_system_prompt(max_turns: int, tools: Collection[str] = TOOL_NAMES) -> str:
-    """Short instructions naming the tools and the `<tool_call>` format."""
+def default_system_prompt(
+    max_turns: int, tools: Collection[str] = TOOL_NAMES, tool_format: Any = None
+) -> str:
+    """Short instructions naming the tools and the call format the env parses (default Hermes)."""
     lines = [f"- {signature(n)}: {_PURPOSE[n]}." for n in TOOL_NAMES if n in tools]
     listing = "\n".join(lines)
     return (
         "You are a coding agent in a sandboxed Linux workspace with Python 3 and pytest and no "
         "network access.\n\n"
         f"Tools:\n{listing}\n\n"
-        "Call a tool by writing:\n"
-        "<tool_call>\n"
-        '{"name": "<tool>", "arguments": {<arguments as a JSON object>}}\n'
-        "</tool_call>\n"
+        f"{get_tool_format(tool_format).instructions()}\n"
         "You may make several calls in one turn; they run in order. Test your work before you "
         f"submit. You have at most {max_turns} turns."
     )
