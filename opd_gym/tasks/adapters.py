@@ -39,6 +39,68 @@ def test_case(index):
     assert _normalise(proc.stdout) == _normalise(expected)
 '''
 
+# HumanEval and MBPP tests: the dataset's own code (check(), asserts, setup) runs in a
+# namespace of its own, so no name a dataset holds (an entry point called `solution`,
+# `check`, `pytest` or `test_check`, helpers named `test_*`, shadowed builtins) can meet a
+# name of this module, and pytest collects only the functions written here.
+_HUMANEVAL_TEST = '''\
+{doc}
+import importlib
+
+ENTRY_POINT = {entry}
+CHECK_SOURCE = {check}
+_NAMESPACE = {{}}
+
+
+def _dataset_check():
+    """The dataset's check(), defined after `from solution import *` as the dataset expects."""
+    if "check" not in _NAMESPACE:
+        importlib.import_module("solution")
+        namespace = {{"__name__": "humaneval_check"}}
+        exec(compile("from solution import *", "<humaneval prelude>", "exec"), namespace)
+        exec(compile(CHECK_SOURCE, "<humaneval test>", "exec"), namespace)
+        _NAMESPACE["check"] = namespace["check"]
+    return _NAMESPACE["check"]
+
+
+def test_entry_point_defined():
+    module = importlib.import_module("solution")
+    assert callable(getattr(module, ENTRY_POINT, None)), f"solution.py has no {{ENTRY_POINT}}()"
+
+
+def test_check():
+    module = importlib.import_module("solution")
+    _dataset_check()(getattr(module, ENTRY_POINT))
+'''
+
+_MBPP_TEST = '''\
+{doc}
+import importlib
+
+PRELUDE = {prelude}
+ASSERTS = {asserts}
+_NAMESPACE = {{}}
+
+
+def _namespace():
+    """The dataset's imports and setup code plus the solution's functions, built once."""
+    if not _NAMESPACE:
+        importlib.import_module("solution")
+        namespace = {{"__name__": "mbpp_check"}}
+        exec(compile(PRELUDE, "<mbpp setup>", "exec"), namespace)
+        _NAMESPACE.update(namespace)
+    return dict(_NAMESPACE)
+
+
+def _run(index):
+    source = ASSERTS[index]
+    try:
+        exec(compile(source, f"<assert {{index}}>", "exec"), _namespace())
+    except AssertionError as exc:
+        detail = f" ({{exc}})" if str(exc) else ""
+        raise AssertionError(f"failed: {{source.strip()[:400]}}{{detail}}") from None
+'''
+
 _STDIO_PROMPT = (
     "{statement}\n\nWrite a Python 3 program in `main.py` that reads the input from standard "
     "input and prints the answer to standard output. Hidden tests run `python3 main.py` on "
@@ -85,14 +147,9 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
         raise ValueError("field 'test' does not define check(candidate)")
     _parse(prompt + body, "canonical_solution")
     _parse(test, "test")
-    tests = (
-        f"{_doc(f'Hidden tests for {task_id}: the dataset check() against solution.{entry}.')}\n"
-        "import solution\n"
-        "from solution import *  # noqa: F403 (check() may use names the prompt defines)\n\n"
-        f"{test}\n\n\n"
-        "def test_entry_point_defined():\n"
-        f"    assert callable(getattr(solution, {entry!r}, None))\n\n\n"
-        f"def test_check():\n    check(getattr(solution, {entry!r}))  # noqa: F405\n"
+    tests = _HUMANEVAL_TEST.format(
+        doc=_doc(f"Hidden tests for {task_id}: the dataset check() against solution.{entry}."),
+        entry=repr(entry), check=repr(test),
     )
     text = (
         f"Complete the function `{entry}` in `solution.py`. The file already holds its signature "
@@ -147,13 +204,11 @@ def from_mbpp(row: Mapping[str, Any]) -> Task:
     extra = [m for m in _stdlib_modules(asserts) if m not in names]
     imports += [f"import {m}" for m in extra if f"import {m}" not in imports]
     parts = [*imports, setup.strip(), f"from solution import {', '.join(names)}"]
-    head = "\n".join(part for part in parts if part)
-    bodies = [
-        f"\n\n\ndef test_assert_{i}():\n" + "\n".join("    " + ln for ln in a.strip().splitlines())
-        for i, a in enumerate(asserts)
-    ]
-    tests = f"{_doc(f'Hidden tests for mbpp/{task_id}: one test per assert.')}\n{head}\n"
-    tests += "".join(bodies)
+    prelude = "\n".join(part for part in parts if part)
+    tests = _MBPP_TEST.format(
+        doc=_doc(f"Hidden tests for mbpp/{task_id}: one test per assert."),
+        prelude=repr(prelude + "\n"), asserts=repr([a.strip() + "\n" for a in asserts]),
+    ) + "".join(f"\n\ndef test_assert_{i}():\n    _run({i})\n" for i in range(len(asserts)))
     wanted = " and ".join(f"`{n}`" for n in names)
     prompt = (
         f"{text.strip()}\n\nWrite `solution.py` defining {wanted}. Hidden tests import it from "
