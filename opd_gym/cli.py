@@ -110,11 +110,11 @@ DEMO_NOTE = (
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from opd_gym.agents.policies import make_agent_factory
-    from opd_gym.env import resolve_tasks
     from opd_gym.loggers import make_logger
     from opd_gym.rollout import RolloutConfig, run_rollout
     from opd_gym.sandboxes import resolve_backend
 
+    args.tasks = _tasks_spec(args.tasks, args.schema)
     tasks = _load_tasks(args.tasks)
     if args.task_ids:
         known = {t.id for t in tasks}
@@ -152,7 +152,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     )
     try:
         make_agent = make_agent_factory(
-            args.policy, resolve_tasks(args.tasks), seed=args.seed,
+            args.policy, tasks, seed=args.seed,
             max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
             dtype=args.policy_dtype, device=args.policy_device,
             max_model_len=args.policy_max_model_len,
@@ -252,21 +252,42 @@ def _teacher_spec(args: argparse.Namespace) -> Any:
     return {"spec": args.teacher, **options}
 
 
-def _load_tasks(spec: str):
-    from opd_gym.tasks import load_tasks
+def _tasks_spec(source: str, schema: str | None) -> Any:
+    """`--tasks`/`--schema` as a task spec: the plain string, or a loader mapping.
 
+    `hf:NAME[@SPLIT]` is a Hugging Face dataset (needs the `datasets` extra); a file's schema
+    is detected from its rows unless `--schema` names it.
+    """
+    if source.startswith("hf:"):
+        name, _, split = source[3:].partition("@")
+        return {"dataset": name, "schema": schema, "split": split or "test"}
+    if schema in (None, "auto"):
+        return source
+    return {"source": source, "schema": schema}
+
+
+def _load_tasks(spec: Any):
+    from opd_gym.env import resolve_tasks
+
+    shown = spec if isinstance(spec, str) else spec.get("source") or f"hf:{spec.get('dataset')}"
     try:
-        return load_tasks(spec)
+        return resolve_tasks(spec)
     except FileNotFoundError as exc:
         raise UserError(
-            f"no task source {spec!r}: give a suite name, task file or folder ({exc})"
+            f"no task source {shown!r}: give a suite name, task file or folder ({exc})"
         ) from None
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    except ImportError as exc:
+        raise UserError(str(exc).splitlines()[0]) from None
+    except (ValueError, TypeError) as exc:
+        raise UserError(str(exc).splitlines()[0]) from None
+    except Exception as exc:  # a dataset hub error, a corrupt file: one line, no traceback
+        raise UserError(f"cannot load tasks from {shown!r}: {type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    tasks = _load_tasks(args.tasks if args.tasks_command != "validate" else args.path)
+    source = args.tasks if args.tasks_command != "validate" else args.path
+    tasks = _load_tasks(_tasks_spec(source, args.schema))
     if args.tasks_command == "list":
         width = max(len(t.id) for t in tasks)
         for task in tasks:
@@ -291,12 +312,18 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def _validate(tasks, sandbox: str) -> int:
-    """Grade every reference solution (must pass) and untouched starter (must not)."""
+    """Grade every reference solution (must pass) and untouched starter (must not); a table."""
     from concurrent.futures import ThreadPoolExecutor
 
     from opd_gym.grading import Grader
     from opd_gym.sandboxes import make_pool
 
+    def cell(report) -> str:
+        return f"{report.passed}/{report.total}" if report.total else "0/0"
+
+    width = max(8, *(len(t.id) for t in tasks))
+    print(f"{'task':<{width}}  {'reference':>9}  {'starter':>7}  verdict")
+    print(f"{'-' * width}  {'-' * 9}  {'-' * 7}  {'-' * 7}")
     bad = 0
     with make_pool(sandbox, size=2) as pool:
         grader = Grader(pool)
@@ -308,12 +335,19 @@ def _validate(tasks, sandbox: str) -> int:
 
         with ThreadPoolExecutor(2) as ex:
             for task, ref, start in ex.map(check, tasks):
-                ok = ref.score == 1.0 and start.score < 1.0
-                bad += not ok
-                print(
-                    f"{'ok ' if ok else 'BAD'}  {task.id:<28} reference {ref.passed}/"
-                    f"{ref.total}  starter {start.passed}/{start.total}"
-                )
+                if not task.solution:
+                    verdict = "BAD: no reference solution"
+                elif ref.total == 0:
+                    verdict = "BAD: no test ran (collection error?)"
+                elif ref.score < 1.0:
+                    verdict = "BAD: reference fails"
+                elif start.score >= 1.0:
+                    verdict = "BAD: starter already passes"
+                else:
+                    verdict = "ok"
+                bad += verdict != "ok"
+                print(f"{task.id:<{width}}  {cell(ref):>9}  {cell(start):>7}  {verdict}",
+                      flush=True)
     print(f"{len(tasks) - bad}/{len(tasks)} tasks valid")
     return 1 if bad else 0
 
@@ -355,13 +389,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+TASKS_HELP = ("suite name, task folder, task or dataset file (JSONL/JSON/YAML/TOML in our schema "
+              "or HumanEval, MBPP, APPS, CodeContests rows), or hf:NAME[@SPLIT]")
+SCHEMA_CHOICES = ["auto", "opd_gym", "humaneval", "mbpp", "apps", "code_contests"]
+SCHEMA_HELP = "the rows' schema (default: detected from the first row)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="opd-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     roll = sub.add_parser("rollout", help="play episodes and write OPD-scored trajectories")
     roll.add_argument("--episodes", type=int, default=8)
-    roll.add_argument("--tasks", default="coding", help="suite name, task file or folder")
+    roll.add_argument("--tasks", default="coding", help=TASKS_HELP)
+    roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
     roll.add_argument(
         "--policy",
@@ -408,12 +449,15 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = sub.add_parser("tasks", help="list, show and validate tasks")
     tsub = tasks.add_subparsers(dest="tasks_command", required=True, parser_class=_Parser)
     tlist = tsub.add_parser("list", help="the tasks of a suite or file")
-    tlist.add_argument("--tasks", default="coding")
+    tlist.add_argument("--tasks", default="coding", help=TASKS_HELP)
+    tlist.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tshow = tsub.add_parser("show", help="one task's prompt and files")
     tshow.add_argument("id")
-    tshow.add_argument("--tasks", default="coding")
+    tshow.add_argument("--tasks", default="coding", help=TASKS_HELP)
+    tshow.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tval = tsub.add_parser("validate", help="grade references (must pass) and starters (must not)")
-    tval.add_argument("path", help="suite name, task file or folder")
+    tval.add_argument("path", help=TASKS_HELP)
+    tval.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tval.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
     tasks.set_defaults(func=cmd_tasks)
 

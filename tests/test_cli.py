@@ -223,3 +223,36 @@ def test_tool_format_flag_reaches_the_envs_and_is_undone(tiny_model_path):
     finally:
         restore()
     assert "tool_format" not in gym.spec("opd_gym/Coding-v0").kwargs
+
+
+@pytest.mark.docker
+def test_dataset_files_straight_into_the_cli(tmp_path):
+    """A HumanEval file runs as is; `tasks validate` prints a table for a detected schema."""
+    fixtures = Path(__file__).parent / "fixtures"
+    out = tmp_path / "run"
+    result = opd_gym("rollout", "--tasks", str(fixtures / "humaneval.jsonl"), "--policy",
+                     "reference", "--no-opd", "--episodes", "2", "--sandbox", "docker",
+                     "--out", str(out), "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert "pass rate      100%" in result.stdout
+    rows = read_trajectories(out / "trajectories.jsonl")
+    assert {row["task_id"] for row in rows} <= {"FixtureEval/0", "FixtureEval/1", "FixtureEval/2"}
+    table = opd_gym("tasks", "validate", str(fixtures / "mbpp.jsonl"), "--sandbox", "docker")
+    assert table.returncode == 0, table.stdout + table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["task", "reference", "starter", "verdict"]
+    assert sum(line.endswith("  ok") for line in lines) == 3 and "3/3 tasks valid" in lines[-1]
+    wrong = opd_gym("tasks", "list", "--tasks", str(fixtures / "apps.jsonl"), "--schema", "mbpp")
+    assert wrong.returncode == 2 and "field 'task_id' is missing" in wrong.stderr
+
+
+def test_hf_dataset_names_with_the_datasets_extra(tmp_path):
+    pytest.importorskip("datasets")
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "test.jsonl").write_text((Path(__file__).parent / "fixtures" / "mbpp.jsonl")
+                                       .read_text())
+    result = opd_gym("tasks", "list", "--tasks", f"hf:{folder}",
+                     env={"HF_DATASETS_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr
+    assert "mbpp/9001" in result.stdout and "3 tasks" in result.stdout

@@ -67,11 +67,68 @@ def task_from_dict(row: Mapping[str, Any]) -> Task:
     )
 
 
+# The fields that tell each schema's rows apart (every one must be present).
+SCHEMA_FIELDS: dict[str, tuple[str, ...]] = {
+    "humaneval": ("task_id", "prompt", "canonical_solution", "test", "entry_point"),
+    "mbpp": ("task_id", "code", "test_list"),
+    "apps": ("problem_id", "question", "input_output"),
+    "code_contests": ("name", "description"),
+}
+SCHEMAS = ("opd_gym", *SCHEMA_FIELDS)
+
+
+def detect_schema(row: Any) -> str | None:
+    """The schema one row is in: "opd_gym" (our own), a dataset adapter's name, or None."""
+    if isinstance(row, Task):
+        return "opd_gym"
+    if not isinstance(row, Mapping):
+        return None
+    if "id" in row and "tests" in row:
+        return "opd_gym"
+    for name, fields in SCHEMA_FIELDS.items():
+        if all(field in row for field in fields):
+            if name != "code_contests" or any(k in row for k in ("public_tests", "private_tests")):
+                return name
+    return None
+
+
+def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
+                    ) -> tuple[Iterable[Any], str | None]:
+    """The rows (first one peeked) and the schema: as given, or detected from the first row."""
+    if schema in ("opd_gym", "own"):
+        return rows, None
+    if schema not in (None, "auto"):
+        if schema not in ADAPTERS:
+            raise ValueError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
+        return rows, schema
+    iterator = iter(rows)
+    first = next(iterator, None)
+    if first is None:
+        return [], None
+    rows = itertools.chain([first], iterator)
+    found = detect_schema(first)
+    if found is None and isinstance(first, Mapping) and "id" not in first \
+            and "tests" not in first:
+        score = {name: sum(f in first for f in fields) for name, fields in SCHEMA_FIELDS.items()}
+        best = max(score, key=lambda name: score[name])
+        if score[best] >= 2:  # a dataset row missing a field: its adapter names the field
+            return rows, best
+        fields = ", ".join(sorted(map(str, first))[:12]) or "none"
+        where = f"{source}: " if source else ""
+        raise ValueError(
+            f"{where}row 0 matches no known schema (its fields: {fields}); the schemas are "
+            f"{', '.join(SCHEMAS)}: pass one with schema=/--schema"
+        )
+    return rows, None if found in (None, "opd_gym") else found
+
+
 def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid: bool = False,
                  source: str = "") -> TaskList:
-    """Turn rows (Tasks or mappings in `schema`) into a TaskList; bad rows raise or are skipped."""
-    if schema is not None and schema not in ADAPTERS:
-        raise ValueError(f"unknown schema {schema!r}; known: {sorted(ADAPTERS)}")
+    """Turn rows (Tasks or mappings in `schema`) into a TaskList; bad rows raise or are skipped.
+
+    `schema` None or "auto" detects it from the first row (see `detect_schema`).
+    """
+    rows, schema = _resolve_schema(rows, schema, source)
     convert = ADAPTERS[schema] if schema else task_from_dict
     id_field = ID_FIELDS[schema] if schema else "id"
     out, seen = TaskList(), set()
@@ -141,8 +198,9 @@ def load_tasks(
 ) -> TaskList:
     """Load tasks from a task file, a suite folder, a built-in suite name, or a list of rows.
 
-    `schema` ("humaneval", "mbpp", "apps", "code_contests") maps dataset rows through an
-    adapter; without it rows are in our own format. Skipped rows are in `.skipped`.
+    `schema` ("humaneval", "mbpp", "apps", "code_contests", or "opd_gym" for our own) maps
+    dataset rows through an adapter; without it the schema is detected from the first row.
+    Skipped rows are in `.skipped`.
     """
     if isinstance(source, str) and os.sep not in source and "." not in source:
         if source in available_suites():
@@ -150,7 +208,7 @@ def load_tasks(
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if path.is_dir():
-            if schema is not None:
+            if schema not in (None, "auto", "opd_gym"):
                 raise ValueError("schema applies to row files, not to suite folders")
             return convert_rows(load_suite_dir(path), source=str(path))
         if not path.is_file():
@@ -163,12 +221,15 @@ def load_tasks(
 
 
 def load_hf_dataset(
-    name_or_path: str, schema: str, *, split: str = "test", limit: int | None = None,
-    skip_invalid: bool = False, **load_kwargs: Any,
+    name_or_path: str, schema: str | None = None, *, split: str = "test",
+    limit: int | None = None, skip_invalid: bool = False, **load_kwargs: Any,
 ) -> TaskList:
-    """Load a Hugging Face dataset (hub name or local path) and map its rows through `schema`."""
-    if schema not in ADAPTERS:
-        raise ValueError(f"unknown schema {schema!r}; known: {sorted(ADAPTERS)}")
+    """Load a Hugging Face dataset (hub name or local path) and map its rows through `schema`.
+
+    Without `schema` it is detected from the first row.
+    """
+    if schema not in (None, "auto", "opd_gym") and schema not in ADAPTERS:
+        raise ValueError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
     try:
         import datasets
     except ImportError as exc:
