@@ -9,6 +9,7 @@ from typing import Any
 
 from opd_gym.actions import TokenText
 from opd_gym.env import CodingEnv
+from opd_gym.errors import ConfigError, DatasetError, GradingError, ModelError, OPDGymError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
 from opd_gym.rewards import RewardWeights
@@ -24,6 +25,11 @@ ENV_IDS = register_envs()
 _LAZY = {"OPDWrapper": "opd_gym.opd.wrapper"}
 
 __all__ = [
+    "ConfigError",
+    "DatasetError",
+    "GradingError",
+    "ModelError",
+    "OPDGymError",
     "ENV_IDS",
     "CodingEnv",
     "GradeReport",

@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from opd_gym.errors import GradingError
 from opd_gym.grading.expected import base_id, display_name
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, GradeReport, TestOutcome
 
@@ -18,7 +19,7 @@ VERSION = 1
 MAX_TESTS = 100_000
 
 
-class VerdictError(ValueError):
+class VerdictError(GradingError, ValueError):
     """The harness's output is not a verdict of the expected shape."""
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from opd_gym.errors import OPDGymError
+
 DEFAULT_OUTPUT_CAP = 16384
 DEFAULT_FILE_CAP = 10 << 20
 
 
-class SandboxError(RuntimeError):
+class SandboxError(OPDGymError, RuntimeError):
     """Base class of every error a sandbox raises on purpose."""
 
 

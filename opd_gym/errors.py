@@ -1,0 +1,31 @@
+"""The library's one error tree: catch `OPDGymError` for anything opd_gym raises on purpose.
+
+Each family also derives from the builtin its callers caught before (RuntimeError, ValueError),
+so existing `except` clauses keep working. The CLI prints one line for these and a traceback
+for anything else (a bug).
+"""
+
+from __future__ import annotations
+
+
+class OPDGymError(Exception):
+    """Root of every error opd_gym raises on purpose."""
+
+
+class ConfigError(OPDGymError, ValueError):
+    """An option or a combination of options is invalid (said once, at construction)."""
+
+
+class DatasetError(OPDGymError, ValueError):
+    """A task file or dataset row does not fit its schema (the message names the field)."""
+
+
+class GradingError(OPDGymError):
+    """The grading machinery could not produce a trustworthy verdict."""
+
+
+class ModelError(OPDGymError, RuntimeError):
+    """A model backend (policy, judge or teacher) failed or is unavailable."""
+
+
+__all__ = ["ConfigError", "DatasetError", "GradingError", "ModelError", "OPDGymError"]
