@@ -10,8 +10,8 @@ import pytest
 
 from opd_gym.agents.policies import make_agent_factory
 from opd_gym.exports import examples, export_run
+from opd_gym.exports.formats import ATROPOS_PAD_ID, ATROPOS_PAD_LOGPROB
 from opd_gym.models import build_tiny_model
-from opd_gym.opd.exporters import ATROPOS_PAD_ID, ATROPOS_PAD_LOGPROB
 from opd_gym.rollout import RolloutConfig, run_rollout
 from opd_gym.tasks import load_suite
 

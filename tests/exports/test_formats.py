@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from opd_gym.opd.exporters import (
+from opd_gym.exports.formats import (
     ATROPOS_PAD_ID,
     ATROPOS_PAD_LOGPROB,
     to_advantages,
@@ -109,3 +109,9 @@ def _scored_scores():
 
     return SpanScores(np.array([-1.0, -2.0], np.float32), np.array([[1], [2]], np.int32),
                       np.array([[-1.0], [-2.0]], np.float32))
+
+
+def test_the_old_import_path_still_works():
+    from opd_gym.opd import exporters
+
+    assert exporters.to_trl_rows is to_trl_rows and exporters.ATROPOS_PAD_ID == ATROPOS_PAD_ID

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from opd_gym.opd.exporters import to_advantages, to_atropos, to_trl_rows
+from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
 from opd_gym.opd.record import OPDRecord
 from opd_gym.rollout import TRAJECTORIES, read_trajectories
 from opd_gym.transcript import messages_for_template
