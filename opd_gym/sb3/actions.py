@@ -24,7 +24,9 @@ Candidate: TypeAlias = (
 CandidateFn: TypeAlias = Callable[[str, Mapping[str, Any]], Sequence[Candidate]]
 
 #: Ready-made macros for a coding meta-controller.
-RUN_TESTS = format_tool_call("terminal", {"command": "python -m pytest -q 2>&1 | tail -n 15"})
+RUN_TESTS = format_tool_call(  # pytest's own exit code, the summary at the end
+    "terminal", {"command": "(set -o pipefail; python3 -m pytest -q 2>&1 | tail -n 15)"}
+)
 LIST_FILES = format_tool_call("terminal", {"command": "ls -la"})
 SUBMIT = format_tool_call("submit")
 
