@@ -232,3 +232,31 @@ def test_import_error_names_the_extra():
             "try:\n    import opd_gym.sb3\nexcept ImportError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "'sb3' extra" in out.stdout and "pip install 'opd_gym[sb3]'" in out.stdout
+
+
+def test_token_observation_with_a_hugging_face_tokenizer(bwrap_pool, tiny_tokenizer):
+    env = wrapped("tokens", "callable", {"max_length": 32, "tokenizer": tiny_tokenizer}, bwrap_pool)
+    try:
+        space = env.observation_space["token_ids"]
+        assert int(space.high.max()) == len(tiny_tokenizer) - 1
+        obs, info = env.reset(seed=0)
+        assert env.observation_space.contains(obs)
+        n = int(obs["token_mask"].sum())
+        expected = tiny_tokenizer.encode(info["messages"][1]["content"], add_special_tokens=False)
+        assert obs["token_ids"][:n].tolist() == expected[-32:]
+    finally:
+        env.close()
+
+
+def test_token_observation_with_a_callable_tokenizer_needs_vocab_size(bwrap_pool):
+    def words(text: str) -> list[int]:
+        return [1 + len(word) % 9 for word in text.split()]
+
+    with pytest.raises(ValueError, match="vocab_size"):
+        wrapped("tokens", "macros", {"tokenizer": words}, bwrap_pool)
+    env = wrapped("tokens", "macros", {"tokenizer": words, "vocab_size": 10}, bwrap_pool)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.observation_space.contains(obs) and obs["token_ids"].max() < 10
+    finally:
+        env.close()
