@@ -108,6 +108,30 @@ DEMO_NOTE = (
 )
 
 
+SMOLLM2_DEMO_NOTE = (
+    "pipeline demo: scripted policy with planted mistakes, rule judge, and SmolLM2-135M-Instruct "
+    "(a real instruction-tuned model) as teacher"
+)
+
+
+def _resolve_models(args: argparse.Namespace, *, policy: bool = True, teacher: bool = True
+                    ) -> None:
+    """`--teacher auto` (SmolLM2 if it can be had, else tiny) and `smollm2` specs -> hf: paths."""
+    from opd_gym.models.smollm2 import SmolLM2Unavailable, default_teacher, resolve_model_spec
+
+    args.teacher_name = getattr(args, "teacher_name", args.teacher)
+    try:
+        if policy:
+            args.policy = resolve_model_spec(args.policy)
+        if teacher:
+            if args.teacher == "auto":
+                args.teacher = default_teacher()
+                args.teacher_name = "tiny" if args.teacher == "tiny" else "smollm2"
+            args.teacher = resolve_model_spec(args.teacher)
+    except SmolLM2Unavailable as exc:
+        raise UserError(f"smollm2: {exc}") from None
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
     from opd_gym.agents.policies import make_agent_factory
     from opd_gym.loggers import make_logger
@@ -128,9 +152,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             "backend" + (" (NO isolation)" if backend == "local" else ""),
             file=sys.stderr,
         )
-    demo = args.policy == "demo" and args.teacher == "tiny" and args.judge == "rule"
-    if demo:
-        print(f"opd-gym rollout: {DEMO_NOTE}", file=sys.stderr)
+    _resolve_models(args, teacher=False)
     out = Path(args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     config = RolloutConfig(
         out_dir=str(out),
@@ -159,6 +181,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if not args.no_opd:
+        _resolve_models(args, policy=False)
+    demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
+        "tiny", "smollm2")
+    if demo and not args.no_opd:
+        note = DEMO_NOTE if args.teacher_name == "tiny" else SMOLLM2_DEMO_NOTE
+        print(f"opd-gym rollout: {note}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
     logger = make_logger(args.log, out, vars(args)) if args.log else None
     (out / "config.json").write_text(json.dumps({**vars(args), "func": None}, indent=2))
@@ -407,10 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument(
         "--policy",
         default="demo",
-        help="demo | reference | replay:FILE | hf:PATH | openai:URL | vllm:URL",
+        help="demo | reference | replay:FILE | smollm2 | hf:PATH | openai:URL | vllm:URL",
     )
     roll.add_argument(
-        "--teacher", default="tiny", help="tiny | hf:PATH | vllm:URL | vllm-engine:PATH"
+        "--teacher", default="auto",
+        help="auto (smollm2 when it can be fetched, else tiny) | smollm2 | tiny | hf:PATH | "
+        "vllm:URL | vllm-engine:PATH",
     )
     roll.add_argument("--judge", default="rule", help="rule | openai:URL | none")
     roll.add_argument(

@@ -31,8 +31,12 @@ def opd_gym(
 
 @pytest.fixture(scope="module")
 def tiny_cache(tmp_path_factory):
-    """A private cache so the demo teacher is built fresh (as on a new machine)."""
-    return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache"))}
+    """A private cache so the tiny model is built fresh (as on a new machine); the converted
+    SmolLM2 (the default teacher) stays in the shared model cache, converted once per machine."""
+    from opd_gym.models.smollm2 import cache_root
+
+    return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache")),
+            "OPD_GYM_MODEL_CACHE": str(cache_root())}
 
 
 @pytest.mark.docker
