@@ -14,6 +14,7 @@ from typing import Any
 
 from opd_gym.viewer.assets import PAGE, SCRIPT, STYLE, bucket_css
 from opd_gym.viewer.conversation import render_conversation
+from opd_gym.viewer.figures import FIGURE_STYLE, charts, config_table, metric_figures
 from opd_gym.viewer.markup import chip, esc, fmt, pre, script_json
 from opd_gym.viewer.run import Episode, Run, as_dict, as_float, as_list, load_run
 from opd_gym.viewer.tokens import (
@@ -74,7 +75,10 @@ def render_report(
     body = [
         f"<h1>OPD run report</h1><div class=\"sub\">{esc(run.path.name)} &middot; "
         f"{len(run.episodes)} episode(s)</div>",
-        _summary(run),
+        metric_figures(run),
+        _problems(run),
+        charts(run),
+        config_table(run),
         _legend(),
         _index(run.episodes, len(shown)),
         '<div class="toolbar"><button data-open="1">Expand all</button>'
@@ -88,7 +92,7 @@ def render_report(
              for i, ep in enumerate(shown)]
     return PAGE.substitute(
         title=esc(f"OPD run report: {run.path.name}"),
-        style=STYLE,
+        style=STYLE + FIGURE_STYLE,
         buckets=bucket_css(),
         body="\n".join(body),
         vocab=script_json({str(k): v for k, v in sorted(names.used.items())}),
@@ -96,33 +100,17 @@ def render_report(
     )
 
 
-def _summary(run: Run) -> str:
-    summary = run.summary()
-    keys = [k for k in SUMMARY_ORDER if k in summary]
-    keys += [k for k in summary if k not in SUMMARY_ORDER]
-    cards = []
-    for key in keys:
-        value = summary[key]
-        small = isinstance(value, dict | list | str) and len(fmt(value)) > 14
-        warn = key == "bad_lines" and value
-        cards.append(
-            f'<div class="stat{" warn" if warn else ""}">'
-            f'<div class="k">{esc(key.replace("_", " "))}</div>'
-            f'<div class="v{" small" if small else ""}">'
-            f"{esc(fmt(value, percent=key.endswith('rate')))}</div></div>"
-        )
-    source = "summary.json" if run.summary_file is not None else "computed from the episodes"
-    out = [f'<h2>Run summary <span class="sub">({source})</span></h2>',
-           f'<div class="stats">{"".join(cards)}</div>']
-    if run.problems:
-        items = "".join(f"<li>{esc(p)}</li>" for p in run.problems[:MAX_PROBLEMS])
-        more = len(run.problems) - MAX_PROBLEMS
-        if more > 0:
-            items += f"<li>... and {more} more</li>"
-        out.append(f'<details class="card" style="margin-top:8px"><summary>'
-                   f"{len(run.problems)} problem(s) reading the run</summary><ul>{items}</ul>"
-                   "</details>")
-    return "\n".join(out)
+def _problems(run: Run) -> str:
+    """What could not be read in the run, folded away."""
+    if not run.problems:
+        return ""
+    items = "".join(f"<li>{esc(p)}</li>" for p in run.problems[:MAX_PROBLEMS])
+    more = len(run.problems) - MAX_PROBLEMS
+    if more > 0:
+        items += f"<li>... and {more} more</li>"
+    return (f'<details class="card" style="margin-top:8px"><summary>'
+            f"{len(run.problems)} problem(s) reading the run</summary><ul>{items}</ul>"
+            "</details>")
 
 
 def _legend() -> str:
@@ -215,12 +203,17 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
     body.append(_grade(ep.grade))
     metrics = as_dict(data.get("opd_metrics"))
     if metrics:
-        chips = "".join(chip(k.removeprefix("opd/"), fmt(as_float(v)))
+        chips = "".join(chip(k.removeprefix("opd/"), _or_na(as_float(v)))
                         for k, v in metrics.items())
         body.append(f'<div class="meta"><span class="muted">OPD metrics:</span> {chips}</div>')
     opened = " open" if open_ else ""
     return (f'<details class="ep" id="ep-{ep.number}"{opened}><summary>{"".join(summary)}</summary>'
             f'<div class="ep-body">{"".join(body)}</div></details>')
+
+
+def _or_na(value: float | None) -> str:
+    """A metric value, or "n/a" where it cannot exist (NaN: e.g. no student logprobs)."""
+    return "n/a" if value is None or not math.isfinite(value) else fmt(value)
 
 
 def _grade(grade: dict[str, Any]) -> str:

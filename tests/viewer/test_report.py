@@ -129,8 +129,8 @@ def test_bad_lines_and_partial_episodes_do_not_crash(run_dir, tmp_path):
     run = load_run(tmp_path)
     assert run.bad_lines == 2 and len(run.episodes) == 4
     page = write_report(tmp_path).read_text(encoding="utf-8")
-    assert re.search(r'<div class="stat warn"><div class="k">bad lines</div>'
-                     r'<div class="v">2</div>', page)
+    assert re.search(r'<div class="fig warn" [^>]*><div class="l">Unreadable lines</div>'
+                     r'<div class="n">2</div>', page)
     assert "line 2: not JSON" in page and "line 3: not a JSON object" in page
     assert "OPD record 0: KeyError" in page  # the broken record is a note, its turn still shows
     assert '<span class="tk n" data-j="0" data-i="5" data-s="-0.100">#5</span>' in page

@@ -1,0 +1,321 @@
+"""The report's top section: labelled metric figures, small inline SVG charts, the run's config.
+
+Values that cannot exist are shown as "n/a" with the reason (no student logprobs, no scored
+tokens, OPD off), never as NaN or a dash without explanation. Charts are static inline SVG:
+the report stays one offline file with no extra script.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from opd_gym.viewer.markup import esc, fmt
+from opd_gym.viewer.run import Episode, Run, as_dict, as_float, as_list
+
+# key -> (label, what it means, kind) ; kind: "count", "rate", "nats", "seconds", "number"
+RUN_FIGURES: dict[str, tuple[str, str, str]] = {
+    "episodes": ("Episodes", "episodes in the run", "count"),
+    "pass_rate": ("Pass rate", "episodes whose hidden tests all passed", "rate"),
+    "mean_reward": ("Mean reward", "final reward per episode", "number"),
+    "mean_turns": ("Mean turns", "assistant turns per episode", "number"),
+    "hint_rate": ("Hint rate", "scored turns that received a judge hint", "rate"),
+    "tokens_scored": ("Tokens scored", "student tokens the teacher scored", "count"),
+    "turns_scored": ("Turns scored", "assistant turns the teacher scored", "count"),
+    "seconds": ("Wall time", "seconds for the whole run", "seconds"),
+    "finished": ("Finished", "episodes that reached an end", "count"),
+    "unfinished": ("Unfinished", "episodes cut off before their end", "count"),
+    "skipped": ("Resumed", "episodes taken over from an earlier run", "count"),
+    "bad_lines": ("Unreadable lines", "lines of trajectories.jsonl that could not be read",
+                  "count"),
+}
+NEEDS_STUDENT = {"top1_mismatch", "topk_mass", "mean_teacher_minus_student", "kl_estimate"}
+OPD_FIGURES: dict[str, tuple[str, str, str]] = {
+    "turns_scored": ("Turns scored", "assistant turns the teacher scored", "count"),
+    "hint_rate": ("Hint rate", "scored turns with a judge hint", "rate"),
+    "mean_hints_per_rollout": ("Hints per episode", "judge hints per episode", "number"),
+    "tokens_scored": ("Tokens scored", "student tokens with a teacher logprob", "count"),
+    "mean_teacher_minus_student": ("Teacher − student", "mean logprob gap per token (nats)",
+                                   "nats"),
+    "kl_estimate": ("KL estimate", "student‖teacher per token, sampled estimate (nats)", "nats"),
+    "top1_mismatch": ("Top-1 mismatch", "tokens the teacher would not have picked first", "rate"),
+    "topk_mass": ("Top-K mass", "teacher probability inside its top-K", "rate"),
+    "copy_rate": ("Copy rate", "scored tokens copied from the hint", "rate"),
+    "copied_tokens": ("Copied tokens", "tokens copied verbatim from the hint", "count"),
+}
+FIGURE_STYLE = """
+.figs{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:8px}
+.fig{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:8px 10px}
+.fig .l{font-size:12px;color:#374151;font-weight:600}
+.fig .n{font-size:22px;font-variant-numeric:tabular-nums;margin:2px 0}
+.fig .n.na{color:#9ca3af;font-size:18px}
+.fig .n.small{font-size:13px;word-break:break-word}
+.fig .d{font-size:11px;color:#6b7280}
+.fig.warn{border-color:#f59e0b;background:#fffbeb}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:10px}
+.chart{background:#fff;border:1px solid #e5e7eb;border-radius:6px;padding:8px}
+.chart h3{margin:0 0 4px;font-size:13px}
+.chart .na{color:#6b7280;font-size:13px;padding:18px 0}
+.chart svg text{font:10px system-ui,sans-serif;fill:#374151}
+table.config td{padding:2px 10px 2px 0;vertical-align:top}
+table.config td.k{color:#374151;font-weight:600;white-space:nowrap}
+"""
+
+
+def _number(value: float, kind: str) -> str:
+    if kind == "rate":
+        return f"{100 * value:.1f}%"
+    if kind == "count":
+        return f"{value:,.0f}"
+    if kind == "seconds":
+        return f"{value:.1f} s" if value < 600 else f"{value / 60:.1f} min"
+    if kind == "nats":
+        return f"{value:+.3f}" if abs(value) < 100 else f"{value:+.0f}"
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _figure(label: str, value: float | None, kind: str, description: str, why: str = "",
+            *, warn: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        shown, cls, note = "n/a", " na", why or "no value recorded"
+    else:
+        shown, cls, note = _number(value, kind), "", description
+    box = "fig warn" if warn else "fig"
+    return (f'<div class="{box}" title="{esc(description)}"><div class="l">{esc(label)}</div>'
+            f'<div class="n{cls}">{esc(shown)}</div><div class="d">{esc(note)}</div></div>')
+
+
+def student_gaps(episodes: Sequence[Episode]) -> np.ndarray:
+    """Teacher − student logprob per scored token, over every record with student logprobs."""
+    gaps = []
+    for ep in episodes:
+        records, _ = ep.opd
+        for record in records.values():
+            student = getattr(record, "student_logprobs", None)
+            if student is None:
+                continue
+            gap = np.asarray(record.teacher_token_logprobs, np.float64) - student
+            gaps.append(gap[np.asarray(record.mask, bool) & np.isfinite(gap)])
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def _why_missing(key: str, opd: dict[str, Any], gaps: np.ndarray) -> str:
+    tokens = as_float(opd.get("opd/tokens_scored"))
+    if not opd:
+        return "OPD was off for this run (no teacher scoring)"
+    if not tokens:
+        return "no token was scored (OPD off, or no turn reached the teacher)"
+    if key in NEEDS_STUDENT and gaps.size == 0:
+        return "needs student logprobs; the policy gave none (e.g. a scripted or replayed policy)"
+    if key in NEEDS_STUDENT:
+        return "not in the run's metrics (only some episodes have student logprobs)"
+    return "not defined for this run"
+
+
+def metric_figures(run: Run) -> str:
+    """The run summary and the OPD metrics as labelled figures."""
+    summary = run.summary()
+    gaps = student_gaps(run.episodes)
+    nothing_scored = not as_float(summary.get("tokens_scored")) and not any(
+        ep.tokens_scored for ep in run.episodes)
+    run_cards = []
+    for key, (label, description, kind) in RUN_FIGURES.items():
+        if key not in summary or (key in ("skipped", "bad_lines", "unfinished")
+                                  and not summary.get(key)):
+            continue
+        value = as_float(summary.get(key))
+        why = "no episode finished" if key != "hint_rate" else "no turn was scored (OPD off?)"
+        if key == "hint_rate" and nothing_scored:
+            value = None
+        run_cards.append(_figure(label, value, kind, description, why,
+                                 warn=key == "bad_lines"))
+    shown = set(RUN_FIGURES) | {"config", "opd", "failures", "reward_sum", "passed"}
+    for key, raw in summary.items():  # anything else the summary holds, as text
+        if key not in shown and not str(key).startswith("_"):
+            text = fmt(raw, percent=str(key).endswith("rate"))
+            run_cards.append(
+                f'<div class="fig"><div class="l">{esc(str(key).replace("_", " "))}</div>'
+                f'<div class="n small">{esc(text)}</div><div class="d">from summary.json</div>'
+                "</div>")
+    opd = as_dict(summary.get("opd"))
+    if not opd:  # older runs: the last episode's running metrics
+        for ep in reversed(run.episodes):
+            opd = as_dict(ep.data.get("opd_metrics"))
+            if opd:
+                break
+    opd_cards = []
+    for key, (label, description, kind) in OPD_FIGURES.items():
+        full = f"opd/{key}"
+        value = as_float(opd.get(full)) if opd else None
+        if key in NEEDS_STUDENT and gaps.size == 0:
+            value = None
+        elif key == "mean_teacher_minus_student" and (value is None or not math.isfinite(value)):
+            value = float(gaps.mean()) if gaps.size else None  # from the records themselves
+        if nothing_scored and kind in ("rate", "nats") or nothing_scored and key.startswith(
+                "mean_"):
+            value = None
+        opd_cards.append(_figure(label, value, kind, description, _why_missing(key, opd, gaps)))
+    source = "summary.json" if run.summary_file is not None else "computed from the episodes"
+    return (
+        f'<h2>Run summary <span class="sub">({source})</span></h2>'
+        f'<div class="figs">{"".join(run_cards)}</div>'
+        '<h2>OPD metrics</h2>'
+        f'<div class="figs" id="opd-metrics">{"".join(opd_cards)}</div>'
+    )
+
+
+def _bars_svg(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None], str]],
+              *, maximum: float, unit: str = "") -> str:
+    """Horizontal grouped bars, one group per label; values 0..maximum."""
+    row, bar, left, width = 14 * len(series) + 8, 12, 150, 200
+    height = row * len(labels) + 24
+    parts = [f'<svg width="{left + width + 60}" height="{height}" role="img">']
+    for i, label in enumerate(labels):
+        y = 4 + i * row
+        parts.append(f'<text x="{left - 6}" y="{y + row / 2}" text-anchor="end">'
+                     f"{esc(label[:26])}</text>")
+        for j, (_, values, colour) in enumerate(series):
+            value = values[i]
+            yy = y + j * 14
+            if value is None or not math.isfinite(value):
+                parts.append(f'<text x="{left + 2}" y="{yy + 10}">n/a</text>')
+                continue
+            w = 0 if maximum <= 0 else max(1.0, width * min(value, maximum) / maximum)
+            parts.append(f'<rect x="{left}" y="{yy}" width="{w:.1f}" height="{bar}" '
+                         f'fill="{colour}"><title>{esc(f"{label}: {value:.3g}{unit}")}</title>'
+                         "</rect>")
+            parts.append(f'<text x="{left + w + 4:.1f}" y="{yy + 10}">{value:.2f}{unit}</text>')
+    legend_y = height - 6
+    for j, (name, _, colour) in enumerate(series):
+        x = left + j * 110
+        parts.append(f'<rect x="{x}" y="{legend_y - 9}" width="10" height="10" fill="{colour}"/>'
+                     f'<text x="{x + 14}" y="{legend_y}">{esc(name)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _histogram_svg(counts: Sequence[int], edges: Sequence[float], *, xlabel: str,
+                   colour: str = "#2563eb", integer: bool = False) -> str:
+    """A vertical-bar histogram with its x range and bin counts as tooltips."""
+    width, height, bottom = 340, 140, 28
+    top = max(max(counts), 1)
+    step = width / max(len(counts), 1)
+    parts = [f'<svg width="{width + 20}" height="{height + bottom}" role="img">']
+    for i, count in enumerate(counts):
+        h = (height - 10) * count / top
+        a, b = edges[i], edges[i + 1]
+        span = f"{a:g}" if integer else f"{a:.2f} to {b:.2f}"
+        parts.append(f'<rect x="{10 + i * step:.1f}" y="{height - h:.1f}" width="'
+                     f'{max(step - 1, 1):.1f}" height="{h:.1f}" fill="{colour}">'
+                     f"<title>{esc(span)}: {count}</title></rect>")
+    parts.append(f'<line x1="10" y1="{height}" x2="{width + 10}" y2="{height}" stroke="#9ca3af"/>')
+    first, last = (f"{edges[0]:g}", f"{edges[-2]:g}") if integer else (
+        f"{edges[0]:.2f}", f"{edges[-1]:.2f}")
+    parts.append(f'<text x="10" y="{height + 12}">{esc(first)}</text>'
+                 f'<text x="{width + 10}" y="{height + 12}" text-anchor="end">{esc(last)}</text>'
+                 f'<text x="{width / 2 + 10}" y="{height + 25}" text-anchor="middle">'
+                 f"{esc(xlabel)} (max bin {top})</text></svg>")
+    return "".join(parts)
+
+
+def _chart(title: str, body: str, chart_id: str) -> str:
+    return f'<div class="chart" id="{chart_id}"><h3>{esc(title)}</h3>{body}</div>'
+
+
+def _na(reason: str) -> str:
+    return f'<div class="na">n/a: {esc(reason)}</div>'
+
+
+def charts(run: Run) -> str:
+    """Gap distribution, hint rate and reward per task, turns per episode, as inline SVG."""
+    episodes = run.episodes
+    gaps = student_gaps(episodes)
+    if gaps.size:
+        lo, hi = float(np.percentile(gaps, 1)), float(np.percentile(gaps, 99))
+        if hi <= lo:
+            lo, hi = lo - 0.5, hi + 0.5
+        counts, edges = np.histogram(np.clip(gaps, lo, hi), bins=24, range=(lo, hi))
+        gap_body = _histogram_svg(counts.tolist(), edges.tolist(),
+                                  xlabel=f"teacher − student logprob, {gaps.size} tokens, "
+                                  f"mean {gaps.mean():+.3f}")
+    else:
+        scored = sum(ep.tokens_scored for ep in episodes)
+        gap_body = _na("no student logprobs in this run (the policy gave none)" if scored
+                       else "no scored tokens in this run")
+    tasks: dict[str, list[Episode]] = {}
+    for ep in episodes:
+        tasks.setdefault(ep.task_id, []).append(ep)
+    if tasks:
+        names = sorted(tasks)
+        rewards = [_mean([ep.reward for ep in tasks[n]]) for n in names]
+        hint_rates = [_hint_rate(tasks[n]) for n in names]
+        top = max([1.0, *(r for r in rewards if r is not None)])
+        task_body = _bars_svg(names, [("hint rate", hint_rates, "#f59e0b"),
+                                      ("mean reward", rewards, "#10b981")], maximum=top)
+        if all(h is None for h in hint_rates):
+            task_body += '<div class="d">hint rate n/a: no turn was scored</div>'
+    else:
+        task_body = _na("no episodes")
+    turns = [ep.num_turns for ep in episodes]
+    if turns:
+        lo, hi = min(turns), max(turns)
+        edges = list(range(lo, hi + 2))
+        counts = [turns.count(t) for t in range(lo, hi + 1)]
+        turn_body = _histogram_svg(counts, [float(e) for e in edges], xlabel="turns per episode",
+                                   colour="#7c3aed", integer=True)
+    else:
+        turn_body = _na("no episodes")
+    return ('<h2>Charts</h2><div class="charts">'
+            + _chart("Teacher − student logprob gaps", gap_body, "chart-gaps")
+            + _chart("Hint rate and reward per task", task_body, "chart-tasks")
+            + _chart("Turns per episode", turn_body, "chart-turns")
+            + "</div>")
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(kept) / len(kept) if kept else None
+
+
+def _hint_rate(episodes: Sequence[Episode]) -> float | None:
+    scored = hinted = 0
+    for ep in episodes:
+        for record in ep.raw_opd:
+            if any(bool(m) for m in as_list(record.get("mask"))):
+                scored += 1
+                hinted += bool(record.get("hint"))
+    return hinted / scored if scored else None
+
+
+def run_config(run: Run) -> dict[str, Any]:
+    """The run's configuration: `config.json` beside the run, else summary.json's `config`."""
+    path = Path(run.path) / "config.json"
+    config: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+            config = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError):
+            config = {}
+    if not config:
+        config = as_dict(run.summary().get("config"))
+    return {k: v for k, v in config.items() if v is not None and k != "func"}
+
+
+def config_table(run: Run) -> str:
+    """The configuration as a key/value table (or why there is none)."""
+    config = run_config(run)
+    if not config:
+        body = ('<p class="muted">n/a: this run recorded no configuration (no config.json, '
+                "empty config in summary.json).</p>")
+    else:
+        rows = "".join(f'<tr><td class="k">{esc(str(k).replace("_", "-"))}</td>'
+                       f'<td class="mono">{esc(fmt(v))}</td></tr>'
+                       for k, v in sorted(config.items()))
+        body = f'<table class="config">{rows}</table>'
+    return f'<h2>Configuration</h2><div class="card" id="run-config">{body}</div>'

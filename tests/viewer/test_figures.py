@@ -1,0 +1,92 @@
+"""The report's figures, charts and configuration, as text and in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from test_report import chromium, png_rows
+
+from opd_gym.viewer import load_run, write_report
+from opd_gym.viewer.figures import student_gaps
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
+
+
+def figure(page: str, label: str) -> tuple[str, str]:
+    """(value, note) of the labelled figure `label`."""
+    found = re.search(rf'<div class="l">{re.escape(label)}</div><div class="n[^"]*">([^<]*)</div>'
+                      r'<div class="d">([^<]*)</div>', page)
+    assert found, f"no figure {label!r}"
+    return found.group(1), found.group(2)
+
+
+def test_metrics_are_labelled_figures_with_reasons_for_na(run_dir, tmp_path):
+    (run_dir / "config.json").write_text(json.dumps({"policy": "demo", "teacher": "smollm2",
+                                                     "topk": 5, "func": None}))
+    page = write_report(run_dir, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "NaN" not in page and '"opd/' not in page.split("<h2>Legend")[0]
+    gaps = student_gaps(load_run(run_dir).episodes)
+    assert gaps.size > 0  # the sampled episode has student logprobs
+    value, _ = figure(page, "Teacher − student")
+    assert value != "n/a" and figure(page, "Episodes")[0] == "4"
+    assert figure(page, "Pass rate")[0].endswith("%")
+    # the charts: a gap histogram, bars per task, a turns histogram
+    assert re.search(r'id="chart-gaps"><h3>[^<]*</h3><svg', page)
+    assert f"{gaps.size} tokens" in page and f"mean {gaps.mean():+.3f}" in page
+    assert page.count("<title>fizzbuzz: ") == 2  # hint rate and reward bars
+    assert re.search(r'id="chart-turns"><h3>[^<]*</h3><svg', page)
+    config = page[page.index('id="run-config"'):]
+    assert "teacher" in config and "smollm2" in config and "func" not in config.split("</table")[0]
+
+
+def test_na_reasons_without_student_logprobs_or_scoring(run_dir, tmp_path):
+    lines = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text()
+             .splitlines()]
+    scripted = tmp_path / "scripted"
+    scripted.mkdir()
+    kept = []
+    for line in lines:
+        for record in line.get("opd", []):
+            record.pop("student_logprobs", None)
+        kept.append(json.dumps(line))
+    (scripted / "trajectories.jsonl").write_text("\n".join(kept) + "\n")
+    page = write_report(scripted).read_text(encoding="utf-8")
+    value, why = figure(page, "KL estimate")
+    assert value == "n/a" and "student logprobs" in why
+    assert "n/a: no student logprobs in this run" in page
+    assert figure(page, "Hint rate")[0] != "n/a"
+    assert "no configuration" in page
+
+    unscored = tmp_path / "unscored"
+    unscored.mkdir()
+    bare = [{k: v for k, v in line.items() if k not in ("opd", "opd_metrics")} for line in lines]
+    (unscored / "trajectories.jsonl").write_text("\n".join(map(json.dumps, bare)) + "\n")
+    page = write_report(unscored).read_text(encoding="utf-8")
+    assert figure(page, "Hint rate")[0] == "n/a" and "NaN" not in page
+    assert "n/a: no scored tokens in this run" in page
+
+
+def test_report_with_figures_in_headless_chromium(run_dir, tiny_tokenizer, tmp_path):
+    (run_dir / "config.json").write_text(json.dumps({"policy": "demo", "episodes": 4}))
+    report = write_report(run_dir, tmp_path / "report.html", tokenizer=tiny_tokenizer)
+    text = report.read_text(encoding="utf-8")
+    assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
+    shot = tmp_path / "top.png"
+    done = chromium(f"--screenshot={shot}", "--window-size=1280,1400", "--enable-logging=stderr",
+                    "--v=0", report.as_uri(), tmp_path=tmp_path, name="figs")
+    assert shot.is_file(), done.stderr[-2000:]
+    width, height, rows = png_rows(shot.read_bytes())
+    assert (width, height) == (1280, 1400) and len(set(rows)) > 200
+    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    dom = chromium("--dump-dom", report.as_uri(), tmp_path=tmp_path, name="figs-dom").stdout
+    assert 'data-viewer="ready"' in dom
+    for element in ('id="opd-metrics"', 'id="chart-gaps"', 'id="chart-tasks"',
+                    'id="chart-turns"', 'id="run-config"'):
+        assert element in dom
+    assert len(re.findall(r"<svg", dom)) >= 3 and dom.count("<script") == 2
+    assert np.isfinite([float(v) for v in re.findall(r'<div class="n">([-+0-9.]+)</div>', dom)
+                        ]).all()
