@@ -522,8 +522,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+THIRD_PARTY_BARS = {  # read when those libraries are imported, which the CLI does later
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # also transformers' own bars
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+}
+
+
+def _quiet_third_party() -> None:
+    """Only opd-gym's own progress bar shows: silence the HF libraries' bars and chatter."""
+    import os
+
+    for key, value in THIRD_PARTY_BARS.items():
+        os.environ.setdefault(key, value)
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_third_party()
     try:
         return args.func(args)
     except (UserError, SandboxError, FileExistsError, FileNotFoundError) as exc:

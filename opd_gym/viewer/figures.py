@@ -204,7 +204,7 @@ def _histogram_svg(counts: Sequence[int], edges: Sequence[float], *, xlabel: str
     """A vertical-bar histogram with its x range and bin counts as tooltips."""
     width, height, bottom = 340, 140, 28
     top = max(max(counts), 1)
-    step = width / max(len(counts), 1)
+    step = min(width / max(len(counts), 1), 48.0)  # a few bins stay bars, not one block
     parts = [f'<svg width="{width + 20}" height="{height + bottom}" role="img">']
     for i, count in enumerate(counts):
         h = (height - 10) * count / top
@@ -213,11 +213,12 @@ def _histogram_svg(counts: Sequence[int], edges: Sequence[float], *, xlabel: str
         parts.append(f'<rect x="{10 + i * step:.1f}" y="{height - h:.1f}" width="'
                      f'{max(step - 1, 1):.1f}" height="{h:.1f}" fill="{colour}">'
                      f"<title>{esc(span)}: {count}</title></rect>")
-    parts.append(f'<line x1="10" y1="{height}" x2="{width + 10}" y2="{height}" stroke="#9ca3af"/>')
+    right = 10 + step * len(counts)
+    parts.append(f'<line x1="10" y1="{height}" x2="{right:.1f}" y2="{height}" stroke="#9ca3af"/>')
     first, last = (f"{edges[0]:g}", f"{edges[-2]:g}") if integer else (
         f"{edges[0]:.2f}", f"{edges[-1]:.2f}")
     parts.append(f'<text x="10" y="{height + 12}">{esc(first)}</text>'
-                 f'<text x="{width + 10}" y="{height + 12}" text-anchor="end">{esc(last)}</text>'
+                 f'<text x="{right:.1f}" y="{height + 12}" text-anchor="end">{esc(last)}</text>'
                  f'<text x="{width / 2 + 10}" y="{height + 25}" text-anchor="middle">'
                  f"{esc(xlabel)} (max bin {top})</text></svg>")
     return "".join(parts)
