@@ -26,45 +26,9 @@ import numpy as np
 
 # Run as a script from a checkout: make the repo's package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from synthetic import make_episode_request, make_turn_requests, synthetic_episode  # noqa: E402
 
 NEAR_TIE = 1e-5
-
-
-def synthetic_episode(args, vocab: int, reserved: int = 32):
-    """Synthetic token ids: prompt, then per turn a hint, a response and a tool output."""
-    rng = np.random.default_rng(args.seed)
-
-    def draw(n: int) -> list[int]:
-        return rng.integers(reserved, vocab, size=n).tolist()
-
-    prompt = draw(args.prompt)
-    turns = [(draw(args.hint), draw(args.response), draw(args.tool)) for _ in range(args.turns)]
-    return prompt, turns
-
-
-def make_turn_requests(prompt, turns):
-    """Turn scope: context (no earlier hints) + this turn's hint + this turn's response."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    requests, context = [], list(prompt)
-    for hint, response, tool in turns:
-        start = len(context) + len(hint)
-        requests.append(ScoreRequest(context + hint + response,
-                                     [(start, start + len(response))]))
-        context += response + tool
-    return requests
-
-
-def make_episode_request(prompt, turns):
-    """Episode scope: one sequence with every hint before its turn, one span per turn."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    ids, spans = list(prompt), []
-    for hint, response, tool in turns:
-        ids += hint
-        spans.append((len(ids), len(ids) + len(response)))
-        ids += response + tool
-    return ScoreRequest(ids, spans)
 
 
 def _compare(got, want) -> tuple[float, int]:

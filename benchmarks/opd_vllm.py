@@ -31,7 +31,7 @@ import numpy as np
 
 # Run as a script from a checkout: make the repo's package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from opd import make_episode_request, make_turn_requests, synthetic_episode  # noqa: E402
+from synthetic import make_episode_request, make_turn_requests, synthetic_episode  # noqa: E402
 
 
 def _rows(requests) -> int:
