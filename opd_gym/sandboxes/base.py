@@ -43,6 +43,14 @@ class SandboxFileNotFound(SandboxError, FileNotFoundError):
     """A file or directory does not exist in the workspace."""
 
 
+class NotARegularFile(SandboxError, OSError):
+    """The path is a directory, FIFO, device or socket where a regular file is needed."""
+
+
+class SandboxPermissionDenied(SandboxError, PermissionError):
+    """The agent's uid may not read or write the path (e.g. a file it made unreadable)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """Outcome of one command: `output` is stdout+stderr, capped as head + tail."""

@@ -42,11 +42,13 @@ from opd_gym.sandboxes.base import (
     DEFAULT_OUTPUT_CAP,
     DirEntry,
     FileTooLarge,
+    NotARegularFile,
     PathRefused,
     RunResult,
     SandboxDied,
     SandboxError,
     SandboxFileNotFound,
+    SandboxPermissionDenied,
     SandboxProtocolError,
     SandboxTimeout,
     Snapshot,
@@ -55,7 +57,18 @@ from opd_gym.sandboxes.base import (
 # Time the host allows the helper beyond a command's own timeout before declaring it hung
 # (starting a command may retry a dead shell for up to 2 x 10 s, collecting its status 10 s).
 REPLY_MARGIN = 45.0
-ERRORS = {"path": PathRefused, "size": FileTooLarge, "notfound": SandboxFileNotFound}
+# Every error kind the helper reports (`Refused(kind, ...)` in agentd.py), mapped to our class.
+ERRORS: dict[str, type[SandboxError]] = {
+    "path": PathRefused,
+    "size": FileTooLarge,
+    "notfound": SandboxFileNotFound,
+    "isdir": NotARegularFile,
+    "type": NotARegularFile,
+    "permission": SandboxPermissionDenied,
+    "spawn": SandboxError,
+    "protocol": SandboxError,
+    "internal": SandboxError,
+}
 SMALL_REPLY = 64 << 10  # cap on replies that carry no data (ping, write, errors)
 MAX_ERROR_CHARS = 2000
 MAX_LS_ENTRIES = 2000  # the helper lists at most this many entries

@@ -196,3 +196,22 @@ def test_shell_survives_the_agent_killing_it(sandbox):
     sandbox.run("kill -9 $(cut -d' ' -f4 /proc/$BASHPID/stat); sleep 0.2")
     after = sandbox.run('echo "$KEEP $(basename "$(pwd)")"')
     assert after.output.strip() == "1 sub" and after.exit_code == 0
+
+
+def test_every_helper_error_kind_has_a_class():
+    """Each `Refused(kind, ...)` in agentd.py maps to an error class of ours on the host."""
+    import re
+
+    from opd_gym.resources import data_path
+    from opd_gym.sandboxes.helper import ERRORS
+
+    kinds = set(re.findall(r'Refused\("(\w+)"', data_path("sandbox", "agentd.py").read_text()))
+    assert kinds and kinds <= set(ERRORS), kinds - set(ERRORS)
+
+
+def test_reading_a_directory_is_a_typed_error(sandbox):
+    from opd_gym.sandboxes import NotARegularFile
+
+    sandbox.run("mkdir -p adir")
+    with pytest.raises(NotARegularFile):
+        sandbox.read_file("adir")
