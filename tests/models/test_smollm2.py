@@ -111,7 +111,7 @@ def test_empty_hint_control_with_smollm2(smollm2):
 
     model, tokenizer = smollm2
     teacher = TransformersTeacher(model, tokenizer=tokenizer)
-    policy = TransformersPolicy(model, tokenizer=tokenizer, max_new_tokens=16, seed=3)
+    policy = TransformersPolicy(model, tokenizer=tokenizer, max_new_tokens=32, seed=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1,
