@@ -42,7 +42,8 @@ OPD_FIGURES: dict[str, tuple[str, str, str]] = {
     "tokens_scored": ("Tokens scored", "student tokens with a teacher logprob", "count"),
     "mean_teacher_minus_student": ("Teacher − student", "mean logprob gap per token (nats)",
                                    "nats"),
-    "kl_estimate": ("KL estimate", "student‖teacher per token, sampled estimate (nats)", "nats"),
+    "kl_estimate": ("KL estimate", "student‖teacher per token, sampled estimate (nats)",
+                    "number"),
     "top1_mismatch": ("Top-1 mismatch", "tokens the teacher would not have picked first", "rate"),
     "topk_mass": ("Top-K mass", "teacher probability inside its top-K", "rate"),
     "copy_rate": ("Copy rate", "scored tokens copied from the hint", "rate"),
@@ -174,7 +175,7 @@ def _bars_svg(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float 
     """Horizontal grouped bars, one group per label; values 0..maximum."""
     row, bar, left, width = 14 * len(series) + 8, 12, 150, 200
     height = row * len(labels) + 24
-    parts = [f'<svg width="{left + width + 60}" height="{height}" role="img">']
+    parts = [f'<svg width="{left + width + 80}" height="{height}" role="img">']
     for i, label in enumerate(labels):
         y = 4 + i * row
         parts.append(f'<text x="{left - 6}" y="{y + row / 2}" text-anchor="end">'
