@@ -15,7 +15,7 @@ from opd_gym.tasks.model import Task
 from opd_gym.transcript import RAW
 
 POLICY_HELP = (
-    "demo (scripted, with a planted mistake), reference, replay:FILE.jsonl, hf:MODEL_DIR, "
+    "demo (scripted, with a planted mistake), reference, replay:FILE.jsonl, smollm2, hf:MODEL_DIR, "
     "openai:http://host:port/v1 (any chat endpoint), vllm:http://host:port"
 )
 
@@ -149,6 +149,9 @@ def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Call
     then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
     checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
     """
+    from opd_gym.models.smollm2 import resolve_model_spec
+
+    spec = resolve_model_spec(spec)  # "smollm2" -> hf:PATH (fetched and converted once)
     options = {k: v for k, v in options.items() if v is not None}
     unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
     if unknown:

