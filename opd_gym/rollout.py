@@ -132,6 +132,22 @@ class RolloutConfig:
     opd_options: dict[str, Any] = field(default_factory=dict)
 
 
+def _plain_config(config: RolloutConfig) -> dict[str, Any]:
+    """The rollout's settings as JSON-able data for summary.json (tasks by id, objects by a
+    short repr), so the report can show what produced the run."""
+    def plain(value: Any) -> Any:
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        ident = getattr(value, "id", None)  # a Task by its id, never its files
+        return ident if isinstance(ident, str) else repr(value)[:200]
+
+    return {name: plain(getattr(config, name)) for name in config.__dataclass_fields__}
+
+
 def run_rollout(
     config: RolloutConfig,
     make_agent: Callable[[Any], Any],
@@ -153,7 +169,7 @@ def run_rollout(
     _heal_torn_tail(path)
     done = finished_episodes(path)
     todo = [i for i in range(config.episodes) if i not in done]
-    summary = RunSummary(skipped=config.episodes - len(todo))
+    summary = RunSummary(skipped=config.episodes - len(todo), config=_plain_config(config))
     lock = threading.Lock()
     started = time.perf_counter()
     tasks = resolve_tasks(config.tasks)

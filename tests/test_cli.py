@@ -58,6 +58,7 @@ def test_default_rollout_end_to_end(tmp_path, tiny_cache):
         assert any(r["hint"] for r in row["opd"]) or row["task_id"] == "decode_secret"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 3 and summary["pass_rate"] == 1.0
+    assert summary["config"]["episodes"] == 3 and summary["config"]["out_dir"] == str(out)
     assert (out / "report.html").stat().st_size > 10_000
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 3 and {"opd/hint_rate", "train/pass_rate"} <= set(metrics[-1])
@@ -77,6 +78,8 @@ def test_killed_rollout_resumes_without_duplicates_or_losses(tmp_path, tiny_cach
         str(out),
         "--no-report",
         "--quiet",
+        "--teacher",  # resume semantics only: the tiny teacher keeps this test fast
+        "tiny",
     ]
     proc = subprocess.Popen(
         [*CLI, *args],
