@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym.tasks.model import Task
+from opd_gym.tools.formats import get_tool_format
 from opd_gym.tools.parsing import format_tool_call
 
 SUBMIT_CALL = format_tool_call("submit")
@@ -44,8 +45,23 @@ def reference_script(task: Task, *, wrong: bool = False) -> list[str]:
     return turns
 
 
+def in_format(output: str, tool_format: str) -> str:
+    """A Hermes-written scripted output rewritten as the env's tool-call format asks."""
+    if tool_format in ("", "hermes"):
+        return output
+    parsed = get_tool_format("hermes").parse(output)
+    if parsed.errors or not parsed.calls:
+        return output
+    return get_tool_format(tool_format).format_calls(
+        [(call.name, call.arguments) for call in parsed.calls]
+    )
+
+
 class ScriptedAgent:
-    """Replays `outputs` one per step, then keeps submitting."""
+    """Replays `outputs` one per step, then keeps submitting (in the env's tool format,
+    read from `info["tool_format"]`)."""
+
+    translate = True  # write the env's format (MalformedAgent keeps its bytes exactly)
 
     def __init__(self, outputs: Iterable[str] = ()) -> None:
         self.outputs = list(outputs)
@@ -61,10 +77,11 @@ class ScriptedAgent:
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         if self._position >= len(self._script):
-            return SUBMIT_CALL
-        output = self._script[self._position]
-        self._position += 1
-        return output
+            output = SUBMIT_CALL
+        else:
+            output = self._script[self._position]
+            self._position += 1
+        return in_format(output, str(info.get("tool_format", ""))) if self.translate else output
 
 
 class ReferenceAgent(ScriptedAgent):

@@ -46,3 +46,20 @@ def test_demo_script_refuses_tasks_without_reference():
     task = Task(id="t", prompt="p", tests={"test_t.py": "def test_x():\n    pass\n"})
     with pytest.raises(ValueError, match="no reference solution"):
         demo_script(task)
+
+
+@pytest.mark.parametrize("tool_format", ["qwen3_coder", "llama3", "mistral", "deepseek"])
+def test_scripted_agents_write_the_env_s_tool_format(tool_format):
+    """`info["tool_format"]` tells scripted agents which family's call syntax to write."""
+    tasks = [t for t in load_suite() if t.id in ("two_sum", "bank_account")]
+    with make_pool("local", size=2) as pool:
+        for task in tasks:
+            env = gym.make("opd_gym/Coding-v0", tasks=tasks, sandbox=pool,
+                           tool_format=tool_format)
+            try:
+                outcome = run_episode(env, DemoAgent(tasks), seed=0, options={"task_id": task.id})
+            finally:
+                env.close()
+            info = outcome["info"]
+            assert info["tool_format"] == tool_format
+            assert info["grade"]["passed"] == info["grade"]["total"] > 0, (tool_format, task.id)
