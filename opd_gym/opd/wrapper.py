@@ -69,7 +69,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             "task_message" (appended to the task message, as OpenClaw/hermes do).
         delivery: "per_step" (the turn's record in that step's info["opd"]) or "per_episode"
             (all records in the terminal step's info["opd"], judged concurrently).
-        async_scoring: per_step: records arrive in later steps' info["opd"] (a list) and the
+            `info["opd"]` is always a list of records, empty when a step brings none.
+        async_scoring: per_step: records arrive in later steps' info["opd"] and the
             terminal step waits for the rest; per_episode: judging starts in the background
             as each turn's next state is known. The agent's next turn is never blocked.
         vote_rule, hint_choice: how LLM judge votes are combined (see `opd_gym.opd.judges`).
@@ -209,7 +210,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self.delivery == "per_step" and not self.async_scoring:
             record = scorer.score([scorer.judge_one(sample)])[0]
             self._episode.append(record)
-            info["opd"] = record
+            info["opd"] = [record]
         elif self.delivery == "per_step":
             self._submit(lambda: scorer.score([scorer.judge_one(sample)]))
             info["opd"] = self._drain(wait=done)
@@ -217,8 +218,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._pending.append(
                 scorer.judge_async(sample) if self.async_scoring else _done_future(sample)
             )
-            if done:
-                info["opd"] = self._score_episode()
+            info["opd"] = self._score_episode() if done else []
         if done:
             info["opd_metrics"] = self.metrics.episode(self._episode)
             self._episode = []

@@ -1,7 +1,8 @@
 """Record finished episodes as JSON lines: messages, per-turn tool results, rewards, token ids.
 
-Under an `OPDWrapper`, the OPD records found in step infos (`info["opd"]`: a record or a list)
-are kept too, as `opd` (their `to_dict()`) with the terminal step's `opd_metrics`.
+Under an `OPDWrapper`, the OPD records found in step infos (`info["opd"]`, a list; a bare
+record from older code is accepted too) are kept too, as `opd` (their `to_dict()`) with the
+terminal step's `opd_metrics`.
 
 One line per episode, appended with a single `write` on an `O_APPEND` file, so several envs
 (threads or processes) may share one file. An episode cut short by `reset` or `close` is

@@ -69,7 +69,7 @@ def test_alignment_control_empty_hint_same_model(tiny_model, tiny_tokenizer, tea
     for _ in range(3):
         action = policy.act(obs, info)
         obs, _, terminated, truncated, info = env.step(action)
-        record = info["opd"]
+        [record] = info["opd"]
         assert isinstance(record, OPDRecord) and not record.retokenized
         assert record.token_ids.tolist() == action.token_ids
         records.append(record)
@@ -87,7 +87,8 @@ def test_every_turn_scored_including_pure_tool_calls(teacher):
     env = OPDWrapper(make_env(), teacher=teacher, judge="rule", topk=8)
     infos = run(env, SCRIPT)
     env.close()
-    records = [i["opd"] for i in infos]
+    assert all(len(i["opd"]) == 1 for i in infos)  # per_step: always a list, one record
+    records = [r for i in infos for r in i["opd"]]
     assert [r.turn_index for r in records] == [0, 1, 2, 3]
     for record in records:
         assert record.scored and record.mask.all() and record.retokenized
@@ -103,12 +104,15 @@ def test_every_turn_scored_including_pure_tool_calls(teacher):
 def test_hint_changes_teacher_logprobs_and_placement_options(teacher):
     hint = "Write solution.py first."
     judge = lambda turn, state: hint  # noqa: E731
-    plain = run(OPDWrapper(make_env(), teacher=teacher, judge=None, topk=4), SCRIPT[:1])[0]["opd"]
-    before = run(OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4), SCRIPT[:1])[0]["opd"]
-    in_task = run(
-        OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4, hint_placement="task_message"),
-        SCRIPT[:1],
-    )[0]["opd"]
+    def first(env):
+        [record] = run(env, SCRIPT[:1])[0]["opd"]
+        return record
+
+    plain = first(OPDWrapper(make_env(), teacher=teacher, judge=None, topk=4))
+    before = first(OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4))
+    in_task = first(
+        OPDWrapper(make_env(), teacher=teacher, judge=judge, topk=4, hint_placement="task_message")
+    )
     assert before.hint == hint and in_task.hint == hint
     assert np.abs(before.teacher_token_logprobs - plain.teacher_token_logprobs).max() > 1e-4
     assert np.abs(in_task.teacher_token_logprobs - before.teacher_token_logprobs).max() > 1e-4
@@ -143,7 +147,7 @@ def test_per_episode_and_async_delivery_keep_every_turn(teacher):
         async_scoring=True,
     )
     infos = run(env, SCRIPT)
-    assert all("opd" not in i for i in infos[:-1])
+    assert all(i["opd"] == [] for i in infos[:-1])  # always a list: empty before the end
     assert [r.turn_index for r in infos[-1]["opd"]] == [0, 1, 2, 3]
     env.close()
     env = OPDWrapper(make_env(), teacher=teacher, judge="rule", topk=4, async_scoring=True)
@@ -158,12 +162,14 @@ def test_judge_failures_leave_turns_unscored_with_error(teacher):
         raise RuntimeError("judge crashed")
 
     infos = run(OPDWrapper(make_env(), teacher=teacher, judge=broken, topk=4), SCRIPT)
-    assert all(not i["opd"].scored and "judge crashed" in i["opd"].error for i in infos)
+    records = [r for i in infos for r in i["opd"]]
+    assert len(records) == 4
+    assert all(not r.scored and "judge crashed" in r.error for r in records)
     assert infos[-1]["opd_metrics"]["opd/turns_scored"] == 0
-    assert np.isnan(infos[0]["opd"].teacher_token_logprobs).all()  # never 0.0 fillers
+    assert np.isnan(records[0].teacher_token_logprobs).all()  # never 0.0 fillers
     down = LLMJudge("http://127.0.0.1:9/v1", model="m", retries=0, timeout=2)
     infos = run(OPDWrapper(make_env(), teacher=teacher, judge=down, topk=4), SCRIPT[:2])
-    assert all("judge error" in i["opd"].error for i in infos)
+    assert all("judge error" in r.error for i in infos for r in i["opd"])
 
 
 def test_tokenizer_mismatch_is_refused(teacher, tmp_path):
@@ -189,7 +195,8 @@ def test_spec_records_json_able_arguments(tiny_model_path):
     again = spec.make()
     assert isinstance(again, OPDWrapper)
     infos = run(again, SCRIPT[:1])
-    assert infos[0]["opd"].topk == 3 and isinstance(infos[0]["opd"].hint, str)
+    [record] = infos[0]["opd"]
+    assert record.topk == 3 and isinstance(record.hint, str)
     again.close()
     env.close()
     assert isinstance(RuleJudge(), RuleJudge)

@@ -13,10 +13,7 @@ import time
 
 import numpy as np
 import pytest
-
-pytest.importorskip("stable_baselines3")
-sb3_contrib = pytest.importorskip("sb3_contrib")
-
+import sb3_contrib  # the sb3 extra is part of the test install: a missing one fails
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor  # noqa: E402
 
 from opd_gym.sandboxes import make_pool  # noqa: E402

@@ -3,12 +3,9 @@ make_vec_env run episodes, keep SB3's info keys intact, and leave no container b
 
 from __future__ import annotations
 
+import docker  # core dependency; stable_baselines3 comes with the sb3 extra
 import numpy as np
 import pytest
-
-pytest.importorskip("stable_baselines3")
-docker = pytest.importorskip("docker")
-
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecMonitor  # noqa: E402
 
 from opd_gym.sandboxes.reaper import LABEL, PID  # noqa: E402

@@ -55,7 +55,7 @@ def test_topk_above_cap_through_the_wrapper(server_teacher):
     obs, info = env.reset(seed=0)
     _, _, _, _, info = env.step(SCRIPT[0])
     env.close()
-    record = info["opd"]
+    [record] = info["opd"]
     assert not record.scored and "--max-logprobs 51" in record.error
     assert record.num_tokens > 0 and np.isnan(record.teacher_token_logprobs).all()
 
