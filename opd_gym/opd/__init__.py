@@ -2,7 +2,7 @@
 
 from opd_gym.opd.judges import JudgeInput, LLMJudge, RuleJudge, Verdict, make_judge
 from opd_gym.opd.metrics import OPDMetrics
-from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.record import OPDRecord, SkipReason
 from opd_gym.opd.wrapper import OPDWrapper
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "LLMJudge",
     "OPDMetrics",
     "OPDRecord",
+    "SkipReason",
     "OPDWrapper",
     "RuleJudge",
     "Verdict",

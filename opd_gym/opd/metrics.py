@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.record import OPDRecord, SkipReason
 
 
 def _reason(error: str) -> str:
@@ -60,8 +60,13 @@ class OPDMetrics:
             self.copied += record.num_copied
             self.hinted_tokens += record.num_tokens
         if not record.scored:
-            why = record.error or ("copied hint" if record.num_copied else "unknown")
-            self.unscored[_reason(why)] += 1
+            if record.skip_reason is not None:
+                why = str(record.skip_reason)
+            elif record.num_copied:
+                why = str(SkipReason.COPIED_HINT)
+            else:
+                why = _reason(record.error or "unknown")
+            self.unscored[why] += 1
             return
         self.scored += 1
         self.hints += bool(record.hint)

@@ -14,9 +14,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 import numpy as np
+
+
+class SkipReason(StrEnum):
+    """Why a turn carries no teacher signal: a stable name beside the free-text `error`."""
+
+    JUDGE_ERROR = "judge_error"
+    EMPTY_TURN = "empty_turn"
+    NO_HINT = "no_hint"
+    TEACHER_INPUT = "teacher_input"
+    HISTORY_REWRITTEN = "history_rewritten"
+    TEACHER_ERROR = "teacher_error"
+    COPIED_HINT = "copied_hint"
+    OTHER = "other"
+
+    @classmethod
+    def from_error(cls, error: str | None) -> SkipReason | None:
+        """The reason an older record's message names (records before this field existed)."""
+        if not error:
+            return None
+        head = error.split(":", 1)[0].strip().lower().replace(" ", "_")
+        try:
+            return cls(head)
+        except ValueError:
+            return cls.OTHER
+
 
 SCHEMA = "opd_gym.opd_record/1"
 SCOPES = ("turn", "episode")
@@ -65,6 +91,7 @@ class OPDRecord:
     scope: str = "turn"
     copied: np.ndarray | None = None
     context: str = ""
+    skip_reason: SkipReason | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -150,11 +177,13 @@ class OPDRecord:
         token_ids: Sequence[int] | np.ndarray,
         error: str,
         *,
+        reason: SkipReason | str | None = None,
         topk: int = 0,
         student_logprobs: Sequence[float] | np.ndarray | None = None,
         **fields: Any,
     ) -> OPDRecord:
-        """A record for a turn the teacher could not score: mask all False, NaN teacher values."""
+        """A record for a turn the teacher could not score: mask all False, NaN teacher values;
+        `reason` (a SkipReason) is the stable name of why, `error` the message."""
         if not error:
             raise ValueError("OPDRecord.unscored needs a non-empty error explaining why")
         ids = np.asarray(token_ids, dtype=np.int32).reshape(-1)
@@ -167,6 +196,7 @@ class OPDRecord:
             mask=np.zeros(t, np.bool_),
             student_logprobs=student_logprobs,
             error=error,
+            skip_reason=SkipReason(reason) if reason else SkipReason.from_error(error),
             **fields,
         )
 
@@ -217,6 +247,7 @@ class OPDRecord:
             "scope": self.scope,
             "copied": None if self.copied is None else self.copied.tolist(),
             "context": self.context,
+            "skip_reason": None if self.skip_reason is None else str(self.skip_reason),
         }
 
     @classmethod
@@ -246,7 +277,20 @@ class OPDRecord:
             copied=None if data.get("copied") is None
             else np.asarray(data["copied"], np.bool_).reshape(t),
             context=str(data.get("context") or ""),
+            skip_reason=_skip_reason(data),
         )
+
+
+def _skip_reason(data: Mapping[str, Any]) -> SkipReason | None:
+    """The stored reason, or the one an older record's error message names."""
+    stored = data.get("skip_reason")
+    if stored:
+        try:
+            return SkipReason(stored)
+        except ValueError:
+            return SkipReason.OTHER
+    mask = data.get("mask") or []
+    return None if any(mask) else SkipReason.from_error(data.get("error"))
 
 
 def _floats_to_json(arr: np.ndarray) -> list[Any]:

@@ -29,7 +29,7 @@ from opd_gym.opd.chat import (
 )
 from opd_gym.opd.copyguard import COPY_GUARDS, copied_positions
 from opd_gym.opd.judges import Verdict, as_verdict
-from opd_gym.opd.record import OPDRecord
+from opd_gym.opd.record import OPDRecord, SkipReason
 from opd_gym.opd.teachers.base import ScoreRequest, Teacher
 from opd_gym.opd.turns import TurnSample
 
@@ -123,10 +123,11 @@ class Scorer:
         return list(self._judges.map(self.judge_one, samples))
 
     # -- scoring -------------------------------------------------------------------------------
-    def _unscored(self, judged: Judged, error: str) -> OPDRecord:
+    def _unscored(self, judged: Judged, error: str, reason: SkipReason) -> OPDRecord:
         return OPDRecord.unscored(
             judged.student_ids,
             error,
+            reason=reason,
             topk=self.topk,
             student_logprobs=self._student_logprobs(judged),
             hint=judged.verdict.hint,
@@ -144,13 +145,13 @@ class Scorer:
             return None
         return lp
 
-    def _skip_reason(self, judged: Judged) -> str | None:
+    def _skip_reason(self, judged: Judged) -> tuple[SkipReason, str] | None:
         if judged.verdict.error:
-            return f"judge error: {judged.verdict.error}"
+            return SkipReason.JUDGE_ERROR, f"judge error: {judged.verdict.error}"
         if not judged.student_ids:
-            return "empty turn: no tokens to score"
+            return SkipReason.EMPTY_TURN, "empty turn: no tokens to score"
         if judged.verdict.hint is None and not self.score_without_hint:
-            return "no hint: the judge found nothing to teach"
+            return SkipReason.NO_HINT, "no hint: the judge found nothing to teach"
         return None
 
     def _hint_message(self, judged: Judged) -> dict[str, str] | None:
@@ -186,9 +187,9 @@ class Scorer:
         records: list[OPDRecord | None] = [None] * len(judged)
         todo: list[int] = []
         for i, item in enumerate(judged):
-            reason = self._skip_reason(item)
-            if reason:
-                records[i] = self._unscored(item, reason)
+            skip = self._skip_reason(item)
+            if skip:
+                records[i] = self._unscored(item, skip[1], skip[0])
             else:
                 todo.append(i)
         if self.scope == "episode" and todo:
@@ -204,7 +205,8 @@ class Scorer:
             try:
                 requests[i] = self._request(judged[i])
             except Exception as exc:
-                records[i] = self._unscored(judged[i], f"teacher input: {exc}")
+                records[i] = self._unscored(judged[i], f"teacher input: {exc}",
+                                            SkipReason.TEACHER_INPUT)
         order = list(requests)
         started = time.perf_counter()
         try:
@@ -236,7 +238,8 @@ class Scorer:
         where = {t: (p, k) for p, one in enumerate(plan.passes) for k, t in enumerate(one.turns)}
         for i in todo:
             if i in plan.refused:
-                records[i] = self._unscored(judged[i], f"history rewritten: {plan.refused[i]}")
+                records[i] = self._unscored(judged[i], f"history rewritten: {plan.refused[i]}",
+                                            SkipReason.HISTORY_REWRITTEN)
                 continue
             p, k = where[i]
             seen = [judged[t].verdict.hint for t in plan.passes[p].turns[:k + 1]]
@@ -246,7 +249,8 @@ class Scorer:
     def _fail(self, judged, indices, records, exc: Exception) -> None:
         """A teacher failure leaves these turns unscored, saying why; nothing is lost."""
         for i in indices:
-            records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}")
+            records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}",
+                                        SkipReason.TEACHER_ERROR)
 
     def _record(
         self,

@@ -96,3 +96,17 @@ def test_lists_are_accepted_and_cast():
     assert empty.num_tokens == 0 and empty.to_dict()["teacher_topk_ids"] == []
     back = OPDRecord.from_dict(empty.to_dict())
     assert back.teacher_topk_ids.shape == (0, 3)
+
+
+def test_skip_reason_is_a_field_beside_the_message():
+    from opd_gym.opd.record import SkipReason
+
+    record = OPDRecord.unscored([1, 2], "teacher error: boom", reason=SkipReason.TEACHER_ERROR)
+    assert record.skip_reason is SkipReason.TEACHER_ERROR
+    again = OPDRecord.from_dict(record.to_dict())
+    assert again.skip_reason is SkipReason.TEACHER_ERROR and again.error == "teacher error: boom"
+    old = record.to_dict()
+    del old["skip_reason"]  # a record written before the field existed
+    assert OPDRecord.from_dict(old).skip_reason is SkipReason.TEACHER_ERROR
+    old["error"] = "something new: x"
+    assert OPDRecord.from_dict(old).skip_reason is SkipReason.OTHER
