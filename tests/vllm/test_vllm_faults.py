@@ -126,7 +126,7 @@ def test_server_killed_mid_episode(server_factory, tiny_tokenizer):
                 server.kill()
                 assert not server.alive()
             obs, reward, terminated, truncated, info = env.step(action)
-            records.append(info["opd"])
+            records.extend(info["opd"])
             rewards.append(reward)
             if terminated or truncated:
                 break
@@ -142,7 +142,8 @@ def test_server_killed_mid_episode(server_factory, tiny_tokenizer):
         # The run goes on: a new episode steps normally, its turns unscored with an error.
         env.reset(seed=1)
         _, _, _, _, info = env.step(SCRIPT[0])
-        assert not info["opd"].scored and "teacher error" in info["opd"].error
+        [record] = info["opd"]
+        assert not record.scored and "teacher error" in record.error
         env.close()
     finally:
         if teacher is not None:
