@@ -8,6 +8,12 @@ JSON form (``to_dict``): arrays become nested lists; non-finite floats, which JS
 hold, become the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the spellings of
 JavaScript and Python's ``float()``), so the round trip is lossless. Top-K padding is
 id ``-1`` with logprob ``"-Infinity"``.
+
+``teacher_tail_logprobs[j]`` is log(1 - teacher top-K mass) at position j, the "other"
+bucket a top-K trainer adds to make the K probabilities a full distribution. It is derived
+from the top-K logprobs (older records without it load and get it computed), clamped to
+``TAIL_FLOOR`` when the top-K carries (numerically) all the mass, 0.0 when K is 0, and NaN
+where the mask is False, like every other teacher value.
 """
 
 from __future__ import annotations
@@ -47,6 +53,40 @@ class SkipReason(StrEnum):
 SCHEMA = "opd_gym.opd_record/1"
 SCOPES = ("turn", "episode")
 PAD_ID = -1
+# The tail logprob when the top-K holds all the mass up to float32 rounding: log(float32 eps),
+# a finite "practically nothing left" value instead of -inf (or NaN from log of a negative).
+TAIL_FLOOR = float(np.log(np.finfo(np.float32).eps))
+
+
+def tail_logprobs(topk_logprobs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """log(1 - sum(exp(topk))) per row, float32 [T], computed stably; never NaN where scored.
+
+    Uses log(-expm1(m)) near m = 0 and log1p(-exp(m)) below log(1/2) (m = logsumexp of the
+    row), clamps to `TAIL_FLOOR` when the mass is (numerically) 1 or more, gives 0.0 for an
+    empty or all-padding row (nothing in the top-K: all mass in the tail) and NaN where
+    `mask` is False.
+    """
+    lps = np.asarray(topk_logprobs, np.float64)
+    if lps.ndim != 2:
+        raise ValueError(f"tail_logprobs: expected [T, K] logprobs, got shape {lps.shape}")
+    t = lps.shape[0]
+    out = np.zeros(t, np.float64)
+    if lps.shape[1]:
+        finite = np.where(np.isfinite(lps), lps, -np.inf)
+        top = finite.max(axis=1)
+        has = np.isfinite(top)
+        safe_top = np.where(has, top, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            m = safe_top + np.log(np.exp(finite - safe_top[:, None]).sum(axis=1))
+            m = np.where(has, m, -np.inf)
+            near = m > -np.log(2.0)
+            tail = np.where(near, np.log(-np.expm1(np.minimum(m, 0.0))),
+                            np.log1p(-np.exp(m)))
+        tail = np.where(np.isfinite(tail), tail, TAIL_FLOOR)
+        out = np.where(has, np.maximum(tail, TAIL_FLOOR), 0.0)
+    if mask is not None:
+        out = np.where(np.asarray(mask, np.bool_), out, np.nan)
+    return out.astype(np.float32)
 
 
 class SpanScoresLike(Protocol):
@@ -92,6 +132,7 @@ class OPDRecord:
     copied: np.ndarray | None = None
     context: str = ""
     skip_reason: SkipReason | None = None
+    teacher_tail_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -118,6 +159,10 @@ class OPDRecord:
         if self.copied is not None:
             self.copied = _as_array("copied", self.copied, "b", np.bool_, 1)
             expected["copied"] = (self.copied.shape, (t,))
+        if self.teacher_tail_logprobs is not None:
+            self.teacher_tail_logprobs = _as_array(
+                "teacher_tail_logprobs", self.teacher_tail_logprobs, "fiu", np.float32, 1)
+            expected["teacher_tail_logprobs"] = (self.teacher_tail_logprobs.shape, (t,))
         for name, (got, want) in expected.items():
             if got != want:
                 raise ValueError(f"OPDRecord.{name}: shape {got} does not match "
@@ -127,6 +172,15 @@ class OPDRecord:
         self.votes = list(self.votes)
         self.timing = {str(key): float(v) for key, v in dict(self.timing).items()}
         self._check_fill_rules()
+        if self.teacher_tail_logprobs is None:
+            self.teacher_tail_logprobs = tail_logprobs(self.teacher_topk_logprobs, self.mask)
+        else:
+            tail = self.teacher_tail_logprobs
+            if np.isnan(tail[self.mask]).any() or (tail[self.mask] > 0).any():
+                raise ValueError("OPDRecord: teacher_tail_logprobs must be finite and <= 0 where "
+                                 "mask is True")
+            if not np.isnan(tail[~self.mask]).all():
+                raise ValueError("OPDRecord: teacher_tail_logprobs must be NaN where mask is False")
 
     def _check_fill_rules(self) -> None:
         """Unscored positions hold NaN/-1; scored ones hold real values; padding is -1/-inf."""
@@ -248,6 +302,7 @@ class OPDRecord:
             "copied": None if self.copied is None else self.copied.tolist(),
             "context": self.context,
             "skip_reason": None if self.skip_reason is None else str(self.skip_reason),
+            "teacher_tail_logprobs": _floats_to_json(self.teacher_tail_logprobs),
         }
 
     @classmethod
@@ -278,6 +333,8 @@ class OPDRecord:
             else np.asarray(data["copied"], np.bool_).reshape(t),
             context=str(data.get("context") or ""),
             skip_reason=_skip_reason(data),
+            teacher_tail_logprobs=None if data.get("teacher_tail_logprobs") is None
+            else _floats_from_json(data["teacher_tail_logprobs"], (t,)),
         )
 
 
