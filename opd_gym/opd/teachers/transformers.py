@@ -246,7 +246,7 @@ class TransformersTeacher:
                                    device=self.device)
         for k, ((s, e), c) in enumerate(zip(req.spans, cands, strict=True)):
             if c is not None and e > s:
-                seq.cand.append((k, s, e, torch.as_tensor(c, device=self.device),
+                seq.cand.append((k, s, e, torch.tensor(c, device=self.device),
                                  np.full(c.shape, np.nan, np.float32)))
         return seq
 
