@@ -7,10 +7,9 @@ episodes in flight and `resume=True` plays just the ones missing.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,100 +18,22 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym.env import resolve_tasks
-from opd_gym.opd.metrics import OPDMetrics
 from opd_gym.opd.wrapper import OPDWrapper, resolve_teacher
+from opd_gym.runs import (
+    SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: old import paths)
+    TRAJECTORIES,  # noqa: F401
+    EpisodeRow,
+    RunDirectory,
+    RunSummary,
+    read_trajectories,  # noqa: F401
+)
 from opd_gym.sandboxes import make_pool
 from opd_gym.wrappers.recorder import TrajectoryRecorder
-
-TRAJECTORIES = "trajectories.jsonl"
-SUMMARY = "summary.json"
-
-
-def read_trajectories(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Episodes of a trajectories file; a torn last line (a killed writer) is skipped."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
 
 
 def finished_episodes(path: Path) -> set[int]:
     """Episode numbers already written completely (what `resume` skips)."""
-    if not path.exists():
-        return set()
-    return {
-        int(row["episode"])
-        for row in read_trajectories(path)
-        if row.get("finished") and isinstance(row.get("episode"), int)
-    }
-
-
-def _heal_torn_tail(path: Path) -> None:
-    """End the file with a newline so a torn last line cannot swallow the next record."""
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb+") as fh:
-            fh.seek(-1, 2)
-            if fh.read(1) != b"\n":
-                fh.write(b"\n")
-
-
-@dataclass
-class RunSummary:
-    """What a rollout did, printed as a table and saved as summary.json."""
-
-    episodes: int = 0
-    skipped: int = 0
-    passed: int = 0
-    reward_sum: float = 0.0
-    seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
-    metrics: OPDMetrics = field(default_factory=OPDMetrics)  # hints and tokens live here
-
-    @property
-    def pass_rate(self) -> float:
-        return self.passed / self.episodes if self.episodes else 0.0
-
-    @property
-    def mean_reward(self) -> float:
-        return self.reward_sum / self.episodes if self.episodes else 0.0
-
-    @property
-    def turns_scored(self) -> int:
-        return self.metrics.scored
-
-    @property
-    def tokens_scored(self) -> int:
-        return self.metrics.positions
-
-    @property
-    def hint_rate(self) -> float:
-        return self.metrics.hints / self.metrics.scored if self.metrics.scored else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in vars(self).items() if k != "metrics"}
-        data.update(
-            pass_rate=self.pass_rate, mean_reward=self.mean_reward, hint_rate=self.hint_rate,
-            turns_scored=self.turns_scored, tokens_scored=self.tokens_scored,
-            opd=self.metrics.summary(),
-        )
-        return data
-
-    def table(self) -> str:
-        rows = [
-            ("episodes", f"{self.episodes} (+{self.skipped} resumed)"),
-            ("pass rate", f"{self.pass_rate:.0%}"),
-            ("mean reward", f"{self.mean_reward:.3f}"),
-            ("hint rate", f"{self.hint_rate:.0%} of {self.turns_scored} scored turns"),
-            ("tokens scored", str(self.tokens_scored)),
-            ("time", f"{self.seconds:.1f} s"),
-        ]
-        if self.failures:
-            rows.append(("episode errors", str(len(self.failures))))
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return RunDirectory(path).done()
 
 
 @dataclass
@@ -158,16 +79,8 @@ def run_rollout(
     progress: bool = True,
 ) -> RunSummary:
     """Play `config.episodes` episodes; `make_agent(env)` builds one agent per worker."""
-    out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / TRAJECTORIES
-    if not config.resume and path.exists() and path.stat().st_size:
-        raise FileExistsError(
-            f"{path} already has episodes: pass resume to continue that run "
-            "or choose another output directory"
-        )
-    _heal_torn_tail(path)
-    done = finished_episodes(path)
+    run = RunDirectory(config.out_dir)
+    done = run.open_for_run(resume=config.resume)
     todo = [i for i in range(config.episodes) if i not in done]
     summary = RunSummary(skipped=config.episodes - len(todo), config=_plain_config(config))
     lock = threading.Lock()
@@ -183,7 +96,7 @@ def run_rollout(
         env = gym.make("opd_gym/Coding-v0", tasks=tasks, sandbox=pool, max_turns=config.max_turns)
         if config.opd:
             env = OPDWrapper(env, teacher=teacher, judge=judge, **config.opd_options)
-        recorder = TrajectoryRecorder(env, path, fsync=True)
+        recorder = run.recorder(env)
         return env, recorder
 
     def play(worker_todo: list[int]) -> None:
@@ -200,9 +113,9 @@ def run_rollout(
                         summary.failures.append(f"episode {i}: {type(exc).__name__}: {exc}")
                     continue
                 with lock:
-                    _count(summary, row)
+                    metrics = summary.count(EpisodeRow.from_dict(row))
                     if on_episode is not None:
-                        on_episode(row, _episode_metrics(row, summary))
+                        on_episode(row, metrics)
                     bar(row)
         finally:
             recorder.close()
@@ -215,7 +128,7 @@ def run_rollout(
     finally:
         pool.close()
     summary.seconds = time.perf_counter() - started
-    (out / SUMMARY).write_text(json.dumps(summary.to_dict(), indent=2, default=str))
+    run.write_summary(summary.to_dict())
     return summary
 
 
@@ -232,29 +145,6 @@ def _play_one(
         observation, _, terminated, truncated, info = recorder.step(action)
         if terminated or truncated:
             return recorder.last_record
-
-
-def _count(summary: RunSummary, row: Mapping[str, Any]) -> None:
-    from opd_gym.opd.record import OPDRecord
-
-    summary.episodes += 1
-    grade = row.get("grade") or {}
-    summary.passed += bool(grade.get("total")) and grade.get("passed") == grade.get("total")
-    summary.reward_sum += float(sum(row.get("rewards", [])))
-    summary.metrics.episode(OPDRecord.from_dict(r) for r in row.get("opd") or [])
-
-
-def _episode_metrics(row: Mapping[str, Any], summary: RunSummary) -> dict[str, float]:
-    """Per-episode metrics under hermes-compatible and our names, plus running rates."""
-    out = {k: float(v) for k, v in (row.get("opd_metrics") or {}).items()}
-    grade = row.get("grade") or {}
-    out["train/reward"] = float(sum(row.get("rewards", [])))
-    out["train/passed"] = float(
-        bool(grade.get("total")) and grade.get("passed") == grade.get("total")
-    )
-    out["train/pass_rate"] = summary.pass_rate
-    out["train/episodes"] = float(summary.episodes)
-    return out
 
 
 def _progress(total: int, enabled: bool) -> Callable[[Mapping[str, Any]], None]:

@@ -11,6 +11,7 @@ from typing import Any
 from opd_gym.actions import TokenText
 from opd_gym.agents.demo import DemoAgent
 from opd_gym.agents.scripted import SUBMIT_CALL, ReferenceAgent
+from opd_gym.runs.schema import EpisodeRow
 from opd_gym.tasks.model import Task
 from opd_gym.transcript import RAW
 
@@ -33,9 +34,9 @@ class ReplayAgent:
 
     @classmethod
     def from_file(cls, path: str) -> ReplayAgent:
-        from opd_gym.rollout import read_trajectories
+        from opd_gym.runs import RunDirectory
 
-        return cls(replay_queues(list(read_trajectories(path))))
+        return cls(replay_queues(list(RunDirectory(path).require().rows())))
 
     def reset(self, observation: str, info: Mapping[str, Any]) -> None:
         try:
@@ -54,12 +55,13 @@ class ReplayAgent:
         )
 
 
-def replay_queues(rows: Sequence[Mapping[str, Any]]) -> dict[str, deque]:
+def replay_queues(rows: Sequence[EpisodeRow | Mapping[str, Any]]) -> dict[str, deque]:
     """Recorded turn lists per task id, in file order (deque.popleft is thread-safe)."""
     queues: dict[str, deque] = defaultdict(deque)
     for row in rows:
-        if row.get("turns"):
-            queues[row.get("task_id")].append(row["turns"])
+        row = row if isinstance(row, EpisodeRow) else EpisodeRow.from_dict(row)
+        if row.turns:
+            queues[row.task_id].append(row.turns)
     return dict(queues)
 
 
@@ -167,9 +169,9 @@ def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Call
     if spec == "reference":
         return lambda env: ReferenceAgent(tasks)
     if scheme == "replay" and target:
-        from opd_gym.rollout import read_trajectories
+        from opd_gym.runs import RunDirectory
 
-        queues = replay_queues(list(read_trajectories(target)))
+        queues = replay_queues(list(RunDirectory(target).require().rows()))
         return lambda env: ReplayAgent(queues)
     seed = int(options.pop("seed", 0))
     workers = itertools.count()

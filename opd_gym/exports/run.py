@@ -12,7 +12,7 @@ from typing import Any
 
 from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
 from opd_gym.opd.record import OPDRecord
-from opd_gym.rollout import TRAJECTORIES, read_trajectories
+from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
 
 FORMATS = ("atropos", "trl", "advantage", "parquet")
@@ -33,28 +33,22 @@ class TurnExample:
 
 def examples(run_dir: str | Path) -> Iterator[list[TurnExample]]:
     """Per finished episode, its turns that carry an OPD record (episodes without are skipped)."""
-    path = Path(run_dir)
-    path = path / TRAJECTORIES if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"no {TRAJECTORIES} at {path}: is this a rollout directory?")
-    for row in read_trajectories(path):
-        turns = {t["index"]: t for t in row.get("turns") or []}
-        messages = row.get("messages") or []
+    for row in RunDirectory(run_dir).require().rows():
+        turns = {t["index"]: t for t in row.turns if "index" in t}
         group = []
-        for data in row.get("opd") or []:
-            record = OPDRecord.from_dict(data)
+        for record in row.records():
             turn = turns.get(record.turn_index)
             if turn is None:
                 continue
             group.append(
                 TurnExample(
-                    episode=row.get("episode"),
-                    task_id=row.get("task_id", ""),
-                    reward=float(sum(row.get("rewards") or [0.0])),
+                    episode=row.episode,
+                    task_id=row.task_id,
+                    reward=float(sum(row.rewards)),
                     turn=turn,
                     record=record,
-                    context=messages_for_template(messages[: turn["context_len"]]),
-                    tools=row.get("tools") or [],
+                    context=messages_for_template(row.messages[: turn["context_len"]]),
+                    tools=row.tools or [],
                 )
             )
         if group:

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.runs import hint_rate
 from opd_gym.viewer.markup import esc, fmt
-from opd_gym.viewer.run import Episode, Run, as_dict, as_float, as_list
+from opd_gym.viewer.run import Episode, Run, as_dict, as_float
 
 # key -> (label, what it means, kind) ; kind: "count", "rate", "nats", "seconds", "number"
 RUN_FIGURES: dict[str, tuple[str, str, str]] = {
@@ -146,7 +147,7 @@ def metric_figures(run: Run) -> str:
     opd = as_dict(summary.get("opd"))
     if not opd:  # older runs: the last episode's running metrics
         for ep in reversed(run.episodes):
-            opd = as_dict(ep.data.get("opd_metrics"))
+            opd = ep.row.opd_metrics or {}
             if opd:
                 break
     opd_cards = []
@@ -285,13 +286,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def _hint_rate(episodes: Sequence[Episode]) -> float | None:
-    scored = hinted = 0
-    for ep in episodes:
-        for record in ep.raw_opd:
-            if any(bool(m) for m in as_list(record.get("mask"))):
-                scored += 1
-                hinted += bool(record.get("hint"))
-    return hinted / scored if scored else None
+    return hint_rate(ep.row for ep in episodes)
 
 
 def run_config(run: Run) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from opd_gym.viewer.assets import PAGE, SCRIPT, STYLE, bucket_css
 from opd_gym.viewer.conversation import render_conversation
 from opd_gym.viewer.figures import FIGURE_STYLE, charts, config_table, metric_figures
 from opd_gym.viewer.markup import chip, esc, fmt, pre, script_json
-from opd_gym.viewer.run import Episode, Run, as_dict, as_float, as_list, load_run
+from opd_gym.viewer.run import Episode, Run, as_float, as_list, load_run
 from opd_gym.viewer.tokens import (
     DIVERGING_COLOURS,
     DIVERGING_EDGES,
@@ -163,11 +163,11 @@ def _index(episodes: list[Episode], shown: int) -> str:
         unfinished = "" if ep.finished else ' <span class="badge unfinished">UNFINISHED</span>'
         rows.append(
             f'<tr><td class="num">{ep.number}</td><td>{link}</td>'
-            f'<td class="num">{esc(fmt(ep.data.get("seed")))}</td>'
+            f'<td class="num">{esc(fmt(ep.row.seed))}</td>'
             f'<td class="num">{esc(fmt(ep.reward))}</td><td>{_verdict(ep)}{unfinished}</td>'
             f'<td class="num">{ep.num_turns}</td><td class="num">{ep.hints}</td>'
             f'<td class="num">{ep.tokens_scored}</td>'
-            f'<td>{esc(ep.data.get("end_reason") or "")}</td></tr>'
+            f'<td>{esc(ep.row.end_reason)}</td></tr>'
         )
     head = ("<tr><th>#</th><th>task</th><th>seed</th><th>reward</th><th>result</th>"
             "<th>turns</th><th>hints</th><th>tokens scored</th><th>end</th></tr>")
@@ -176,7 +176,7 @@ def _index(episodes: list[Episode], shown: int) -> str:
 
 def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
              open_: bool = False) -> str:
-    data = ep.data
+    data, row = ep.data, ep.row
     summary = [
         f'<span class="ep-title">#{ep.number} {esc(ep.task_id)}</span>',
         _verdict(ep),
@@ -185,23 +185,23 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
         chip("turns", ep.num_turns),
         chip("hints", ep.hints),
     ]
-    if data.get("end_reason"):
-        summary.append(chip("end", data["end_reason"]))
-    meta = [chip("seed", fmt(data.get("seed")))]
+    if row.end_reason:
+        summary.append(chip("end", row.end_reason))
+    meta = [chip("seed", fmt(row.seed))]
     for key in ("terminated", "truncated", "duration"):
         if key in data:
             meta.append(chip(key, fmt(data[key])))
-    rewards = [as_float(r) for r in as_list(data.get("rewards"))]
+    rewards = [as_float(r) for r in row.rewards]
     if rewards:
         meta.append(chip("rewards", " ".join(fmt(r) for r in rewards)))
-    for key, value in as_dict(data.get("reward_breakdown")).items():
+    for key, value in (row.reward_breakdown or {}).items():
         meta.append(chip(f"reward.{key}", fmt(as_float(value))))
     records, problems = ep.opd
     body = [f'<div class="meta">{"".join(meta)}</div>']
     body += [f'<div class="err-note"><b>unreadable</b> {esc(p)}</div>' for p in problems]
     body.append(render_conversation(ep, records, names, budget))
     body.append(_grade(ep.grade))
-    metrics = as_dict(data.get("opd_metrics"))
+    metrics = row.opd_metrics or {}
     if metrics:
         chips = "".join(chip(k.removeprefix("opd/"), _or_na(as_float(v)))
                         for k, v in metrics.items())
