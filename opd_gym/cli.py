@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import ConfigError, OPDGymError
 from opd_gym.sandboxes import SandboxError, sandbox_factory
 
 
-class UserError(Exception):
+class UserError(ConfigError):
     """An error the user can fix; printed as one line, exit status 2, no traceback."""
 
 
@@ -114,29 +115,21 @@ SMOLLM2_DEMO_NOTE = (
 )
 
 
-def _resolve_models(args: argparse.Namespace, *, policy: bool = True, teacher: bool = True
-                    ) -> None:
-    """`--teacher auto` (SmolLM2 if it can be had, else tiny) and `smollm2` specs -> hf: paths."""
-    from opd_gym.models.smollm2 import SmolLM2Unavailable, default_teacher, resolve_model_spec
-
-    args.teacher_name = getattr(args, "teacher_name", args.teacher)
-    try:
-        if policy:
-            args.policy = resolve_model_spec(args.policy)
-        if teacher:
-            if args.teacher == "auto":
-                args.teacher = default_teacher()
-                args.teacher_name = "tiny" if args.teacher == "tiny" else "smollm2"
-            args.teacher = resolve_model_spec(args.teacher)
-    except SmolLM2Unavailable as exc:
-        raise UserError(f"smollm2: {exc}") from None
+def _teacher_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The `--teacher-*` flags that were given (OPDConfig refuses them for a vllm: server)."""
+    options = {
+        "dtype": args.teacher_dtype,
+        "device": args.teacher_device,
+        "max_model_len": args.teacher_max_model_len,
+    }
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from opd_gym.agents.policies import make_agent_factory
+    from opd_gym import specs
     from opd_gym.loggers import make_logger
+    from opd_gym.opd.config import OPDConfig
     from opd_gym.rollout import RolloutConfig, run_rollout
-    from opd_gym.sandboxes import resolve_backend
 
     args.tasks = _tasks_spec(args.tasks, args.schema)
     tasks = _load_tasks(args.tasks)
@@ -145,14 +138,31 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         unknown = sorted(set(args.task_ids) - known)
         if unknown:
             raise UserError(f"unknown task id(s) {', '.join(unknown)}: see `opd-gym tasks list`")
-    backend = resolve_backend(args.sandbox)
+    backend = specs.sandbox_backend(args.sandbox)
     if args.sandbox == "auto" and backend != "docker":
         print(
             f"notice: no Docker engine with the sandbox image here; using the {backend} "
             "backend" + (" (NO isolation)" if backend == "local" else ""),
             file=sys.stderr,
         )
-    _resolve_models(args, teacher=False)
+    opd = None
+    if not args.no_opd:  # every OPD option is checked here, before any model is loaded
+        opd = OPDConfig(teacher=args.teacher, judge=args.judge, topk=args.topk,
+                        votes=args.votes, hint_scope=args.hint_scope,
+                        teacher_options=_teacher_options(args))
+    make_agent = specs.make_policy(
+        args.policy, tasks, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+        dtype=args.policy_dtype, device=args.policy_device,
+        max_model_len=args.policy_max_model_len,
+    )
+    args.policy = specs.resolve_model(args.policy)  # as config.json records it: hf:PATH
+    args.teacher_name = args.teacher
+    if opd is not None:
+        if args.teacher == "auto":
+            args.teacher_name = specs.auto_teacher()
+        args.teacher = specs.resolve_model(args.teacher_name)
+        opd = opd.replace(teacher=args.teacher)
     out = Path(args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     config = RolloutConfig(
         out_dir=str(out),
@@ -164,32 +174,19 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_turns=args.max_turns,
         resume=args.resume,
-        opd=not args.no_opd,
-        opd_options={
-            "topk": args.topk,
-            "votes": args.votes,
-            "hint_scope": args.hint_scope,
-            "delivery": "per_episode" if args.hint_scope == "episode" else "per_step",
-        },
+        opd=opd is not None,
+        opd_options=opd if opd is not None else {},
     )
-    try:
-        make_agent = make_agent_factory(
-            args.policy, tasks, seed=args.seed,
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-            dtype=args.policy_dtype, device=args.policy_device,
-            max_model_len=args.policy_max_model_len,
-        )
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    if not args.no_opd:
-        _resolve_models(args, policy=False)
     demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
         "tiny", "smollm2")
-    if demo and not args.no_opd:
+    if demo and opd is not None:
         note = DEMO_NOTE if args.teacher_name == "tiny" else SMOLLM2_DEMO_NOTE
         print(f"opd-gym rollout: {note}", file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    logger = make_logger(args.log, out, vars(args)) if args.log else None
+    try:
+        logger = make_logger(args.log, out, vars(args)) if args.log else None
+    except ImportError as exc:  # an optional logger package is missing: say how to get it
+        raise UserError(str(exc).splitlines()[0]) from None
     (out / "config.json").write_text(json.dumps({**vars(args), "func": None}, indent=2))
 
     def log(row, metrics):
@@ -198,14 +195,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     restore = _apply_tool_format(args)
     try:
-        summary = run_rollout(
-            config,
-            make_agent,
-            teacher=_teacher_spec(args),
-            judge=args.judge,
-            on_episode=log,
-            progress=not args.quiet,
-        )
+        summary = run_rollout(config, make_agent, on_episode=log, progress=not args.quiet)
+    except FileExistsError as exc:  # a finished run in --out without --resume
+        raise UserError(str(exc)) from None
     finally:
         restore()
         if logger is not None:
@@ -215,14 +207,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"  {failure}", file=sys.stderr)
     written = [out / "trajectories.jsonl", out / "summary.json"]
     if not args.no_report:
-        from opd_gym.viewer import load_tokenizer, write_report
+        from opd_gym.viewer import write_report
 
-        tokenizer = (
-            load_tokenizer(args.teacher)
-            if args.teacher == "tiny" or args.teacher.startswith("hf:")
-            else None
-        )
-        written.append(write_report(out, tokenizer=tokenizer))
+        model = specs.local_model(args.teacher) if opd is not None else None
+        written.append(write_report(out, tokenizer=specs.tokenizer(model)))
     if logger is not None and args.log == "jsonl":
         written.append(out / "metrics.jsonl")
     print("wrote " + ", ".join(str(p) for p in written))
@@ -236,13 +224,13 @@ def _tool_format_name(spec: str, policy: str) -> str:
     if spec != "auto":
         try:
             return get_tool_format(spec).name
-        except ValueError as exc:
+        except ValueError as exc:  # tools/formats raises a plain ValueError for a bad name
             raise UserError(str(exc)) from None
-    scheme, _, target = policy.partition(":")
-    if scheme == "hf" and target:
-        from transformers import AutoTokenizer
+    from opd_gym import specs
 
-        return detect_tool_format(AutoTokenizer.from_pretrained(target)) or DEFAULT_FORMAT
+    model = specs.local_model(policy) if policy.startswith("hf:") else None
+    if model is not None:
+        return detect_tool_format(specs.tokenizer(model)) or DEFAULT_FORMAT
     return DEFAULT_FORMAT
 
 
@@ -265,22 +253,6 @@ def _apply_tool_format(args: argparse.Namespace) -> Callable[[], None]:
     return restore
 
 
-def _teacher_spec(args: argparse.Namespace) -> Any:
-    """The teacher spec, as a dict with options when any teacher flag is set."""
-    options = {
-        "dtype": args.teacher_dtype,
-        "device": args.teacher_device,
-        "max_model_len": args.teacher_max_model_len,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
-    if not options:
-        return args.teacher
-    if args.teacher.partition(":")[0] not in ("tiny", "hf", "vllm-engine"):
-        raise UserError(f"--teacher-{next(iter(options)).replace('_', '-')} applies to hf: and "
-                        "vllm-engine: teachers; a vllm: server sets it when it is started")
-    return {"spec": args.teacher, **options}
-
-
 def _tasks_spec(source: str, schema: str | None) -> Any:
     """`--tasks`/`--schema` as a task spec: the plain string, or a loader mapping.
 
@@ -296,7 +268,7 @@ def _tasks_spec(source: str, schema: str | None) -> Any:
 
 
 def _load_tasks(spec: Any):
-    from opd_gym.env import resolve_tasks
+    from opd_gym.tasks.resolve import resolve_tasks
 
     shown = spec if isinstance(spec, str) else spec.get("source") or f"hf:{spec.get('dataset')}"
     try:
@@ -425,6 +397,12 @@ SCHEMA_HELP = "the rows' schema (default: detected from the first row)"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from opd_gym import specs
+    from opd_gym.opd.config import OPDConfig
+    from opd_gym.opd.scorer import SCOPES
+
+    OPD_DEFAULTS = OPDConfig()  # noqa: N806  (one default per option, shared with the API)
+    SANDBOXES = list(specs.KINDS["sandbox"][0])  # noqa: N806
     parser = _Parser(prog="opd-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -433,25 +411,26 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--tasks", default="coding", help=TASKS_HELP)
     roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
-    roll.add_argument(
-        "--policy",
-        default="demo",
-        help="demo | reference | replay:FILE | smollm2 | hf:PATH | openai:URL | vllm:URL",
-    )
+    roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument(
         "--teacher", default="auto",
-        help="auto (smollm2 when it can be fetched, else tiny) | smollm2 | tiny | hf:PATH | "
-        "vllm:URL | vllm-engine:PATH",
+        help=f"{specs.known('teacher')} (auto: smollm2 when it can be fetched, else tiny)",
     )
-    roll.add_argument("--judge", default="rule", help="rule | openai:URL | none")
+    roll.add_argument("--judge", default=OPD_DEFAULTS.judge, help=specs.known("judge"))
     roll.add_argument(
         "--tool-format", default="hermes",
         help="how the policy writes tool calls: hermes | qwen3_coder | llama3 | mistral | "
         "deepseek | auto (read from an hf: policy's chat template)",
     )
-    roll.add_argument("--topk", type=int, default=20)
-    roll.add_argument("--votes", type=int, default=3)
-    roll.add_argument("--hint-scope", choices=["turn", "episode"], default="turn")
+    roll.add_argument("--topk", type=int, default=OPD_DEFAULTS.topk,
+                      help=f"teacher top-K per student token (default {OPD_DEFAULTS.topk}, "
+                      "the most a vLLM server returns unless started with more "
+                      "--max-logprobs)")
+    roll.add_argument("--votes", type=int, default=OPD_DEFAULTS.votes,
+                      help="LLM judge samples per turn")
+    roll.add_argument("--hint-scope", choices=SCOPES, default=OPD_DEFAULTS.hint_scope,
+                      help="turn: each turn scored with its own hint; episode: one teacher "
+                      "pass per episode with every hint in place (records at its end)")
     roll.add_argument("--no-opd", action="store_true", help="skip judging and teacher scoring")
     roll.add_argument("--parallel", type=int, default=2)
     roll.add_argument("--seed", type=int, default=0,
@@ -469,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--teacher-max-model-len", type=int,
                       help="hf:/vllm-engine: longest teacher input")
     roll.add_argument("--max-turns", type=int, default=15)
-    roll.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
+    roll.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     roll.add_argument("--out", help="output directory (default runs/<timestamp>)")
     roll.add_argument("--resume", action="store_true", help="continue a run in --out")
     roll.add_argument("--log", choices=["jsonl", "wandb", "tensorboard"])
@@ -489,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     tval = tsub.add_parser("validate", help="grade references (must pass) and starters (must not)")
     tval.add_argument("path", help=TASKS_HELP)
     tval.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
-    tval.add_argument("--sandbox", default="auto", choices=["auto", "docker", "bwrap", "local"])
+    tval.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     tasks.set_defaults(func=cmd_tasks)
 
     view = sub.add_parser("view", help="write (and open) the HTML report of a run")
@@ -500,7 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", help="export a run to a trainer format")
     export.add_argument("run_dir")
-    export.add_argument("--to", required=True, choices=["atropos", "trl", "advantage", "parquet"])
+    from opd_gym.exports.run import FORMATS as EXPORT_FORMATS
+
+    export.add_argument("--to", required=True, choices=EXPORT_FORMATS)
     export.add_argument("--out", help="output file")
     export.add_argument("--tokenizer", help="tiny | hf:PATH (Atropos needs prompt ids)")
     export.set_defaults(func=cmd_export)
@@ -514,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--rootfs-only", action="store_true", help="only the bwrap rootfs")
     build.set_defaults(func=cmd_build)
     doctor = ssub.add_parser("doctor", help="check the backends and run a smoke session")
-    doctor.add_argument("--backend", action="append", choices=["docker", "bwrap", "local"])
+    doctor.add_argument("--backend", action="append", choices=SANDBOXES[1:])
     doctor.set_defaults(func=cmd_doctor)
     prune = ssub.add_parser("prune", help="remove containers whose owner process is gone")
     prune.add_argument("--all", action="store_true", help="remove every opd_gym container")
@@ -542,21 +523,17 @@ def _quiet_third_party() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command: exit 2 with one line for a user error (an OPDGymError, a bad flag),
+    a traceback and exit 1 for anything else (a bug)."""
     args = build_parser().parse_args(argv)
     _quiet_third_party()
     try:
         return args.func(args)
-    except (UserError, SandboxError, FileExistsError, FileNotFoundError) as exc:
-        print(f"opd-gym: {exc}", file=sys.stderr)
-    except ImportError as exc:
-        print(f"opd-gym: a missing optional dependency: {exc}", file=sys.stderr)
-    except ValueError as exc:
-        print(f"opd-gym: {exc}", file=sys.stderr)
-    except OSError as exc:  # e.g. an unreachable server
-        print(f"opd-gym: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+    except OPDGymError as exc:
+        print(f"opd-gym: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
-    return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Map OPD records to trainer formats: Atropos ScoredDataGroup, TRL rows, per-token advantages."""
+"""Map OPD records to trainer formats: Atropos ScoredDataGroup, TRL rows, per-token advantages.
+
+Atropos was archived in July 2026 (its example trainer had already dropped the distillation
+fields); it stays here as a legacy format. Today's trainers have their own exports in
+`opd_gym.exports.trainers`.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ def to_atropos(
     *,
     topk: int | None = None,
     messages: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+    compact: bool = False,
 ) -> dict[str, Any]:
     """A ScoredDataGroup-shaped dict, one group member per record (one turn each).
 
@@ -35,7 +41,7 @@ def to_atropos(
         tokens.append(prompt + record.token_ids.tolist())
         spans.append([(len(prompt), len(prompt) + record.num_tokens)])
     return to_atropos_trajectories(tokens, spans, [[r] for r in records], scores, topk=topk,
-                                   messages=messages)
+                                   messages=messages, compact=compact)
 
 
 def to_atropos_trajectories(
@@ -46,6 +52,7 @@ def to_atropos_trajectories(
     *,
     topk: int | None = None,
     messages: Sequence[Sequence[Mapping[str, Any]]] | None = None,
+    compact: bool = False,
 ) -> dict[str, Any]:
     """A ScoredDataGroup-shaped dict, one member per whole trajectory with one record per span.
 
@@ -56,6 +63,9 @@ def to_atropos_trajectories(
     ``masks`` follow Atropos: -100 outside the spans, the token id on every sampled token
     (a turn the teacher could not score is still the policy's action). ``scores`` are the
     members' rewards (0.0 each when omitted); `topk` narrows or pads K (default: widest K).
+    With `compact=True` (response-only) positions outside the spans get an empty row ``[]``
+    instead of K padding entries, which cuts the size by the prompt share of the sequence;
+    a reader must then accept ragged rows.
     """
     n = len(tokens)
     for name, value in (("spans", spans), ("records", records), ("scores", scores),
@@ -86,8 +96,15 @@ def to_atropos_trajectories(
             ids[s:e], lps[s:e] = _padded_topk(record, k)
         group["tokens"].append(seq)
         group["masks"].append(masks)
-        group["distill_token_ids"].append(ids.tolist())
-        group["distill_logprobs"].append(lps.tolist())
+        id_rows, lp_rows = ids.tolist(), lps.tolist()
+        if compact:
+            inside = np.zeros(len(seq), np.bool_)
+            for s, e in seq_spans:
+                inside[s:e] = True
+            id_rows = [row if keep else [] for row, keep in zip(id_rows, inside, strict=True)]
+            lp_rows = [row if keep else [] for row, keep in zip(lp_rows, inside, strict=True)]
+        group["distill_token_ids"].append(id_rows)
+        group["distill_logprobs"].append(lp_rows)
     if messages is not None:
         group["messages"] = [[dict(m) for m in msgs] for msgs in messages]
     return group

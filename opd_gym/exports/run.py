@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
+from opd_gym.exports.trainers import TRAINER_FORMATS, trainer_lines
 from opd_gym.opd.record import OPDRecord
 from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
 
-FORMATS = ("atropos", "trl", "advantage", "parquet")
+FORMATS = ("atropos", "trl", "advantage", "parquet", *TRAINER_FORMATS)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,11 @@ def export_run(
 
 def _lines(fmt: str, group: list[TurnExample], tokenizer: Any) -> Iterator[dict[str, Any]]:
     records = [e.record for e in group]
-    if fmt == "atropos":  # one ScoredDataGroup per episode, one member per turn
+    if fmt in TRAINER_FORMATS:
+        pad = getattr(tokenizer, "pad_token_id", None)
+        yield from trainer_lines(fmt, group, lambda e: _prompt_ids(e, tokenizer),
+                                 pad_token_id=0 if pad is None else int(pad))
+    elif fmt == "atropos":  # one ScoredDataGroup per episode, one member per turn
         data = to_atropos(
             records, [_prompt_ids(e, tokenizer) for e in group], [e.reward for e in group]
         )
