@@ -76,6 +76,9 @@ class TransformersTeacher:
     `prefill_chunk` tokens per sequence and `batch_tokens` padded tokens in all; LM-head rows
     are projected `chunk_rows` at a time. `reuse_cache=False` re-prefills every request from
     scratch (for comparison and benchmarks); `batching=False` runs one request per pass.
+    KV caches are kept per prefix up to `cache_budget_tokens` (default 65,536) or
+    `cache_budget_bytes`, and at most `cache_max_sequences` sequences (None: no cap; 1: the
+    old single cache). Concurrent calls are collected for up to `batch_window_ms`.
     Counters: `tokens_processed` (rows run through the model body), `padded_tokens_processed`
     (including padding), `forward_passes`.
     """
@@ -94,6 +97,7 @@ class TransformersTeacher:
         name: str | None = None,
         cache_budget_tokens: int | None = None,
         cache_budget_bytes: int | None = None,
+        cache_max_sequences: int | None = None,
         batching: bool = True,
         batch_window_ms: float = 2.0,
         batch_tokens: int = 16384,
@@ -140,7 +144,7 @@ class TransformersTeacher:
         else:
             budget = DEFAULT_CACHE_BUDGET_TOKENS if cache_budget_tokens is None \
                 else cache_budget_tokens
-        self.cache_pool = KVCachePool(budget)
+        self.cache_pool = KVCachePool(budget, max_entries=cache_max_sequences)
         self._decomposed: bool | None = None  # decoder + LM head == model forward? (checked once)
         self._lock = threading.Lock()
         self._scheduler: BatchScheduler[tuple[ScoreRequest, int], list[SpanScores]] = \
