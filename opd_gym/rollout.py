@@ -17,8 +17,10 @@ from typing import Any
 
 import gymnasium as gym
 
+from opd_gym import specs
 from opd_gym.env import resolve_tasks
-from opd_gym.opd.wrapper import OPDWrapper, resolve_teacher
+from opd_gym.opd.config import OPDConfig
+from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.runs import (
     SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: old import paths)
     TRAJECTORIES,  # noqa: F401
@@ -27,13 +29,20 @@ from opd_gym.runs import (
     RunSummary,
     read_trajectories,  # noqa: F401
 )
-from opd_gym.sandboxes import make_pool
 from opd_gym.wrappers.recorder import TrajectoryRecorder
 
 
 def finished_episodes(path: Path) -> set[int]:
     """Episode numbers already written completely (what `resume` skips)."""
     return RunDirectory(path).done()
+
+
+class _FromConfig:
+    def __repr__(self) -> str:
+        return "FROM_CONFIG"
+
+
+FROM_CONFIG: Any = _FromConfig()  # run_rollout(judge=...) default: the OPD config's judge
 
 
 @dataclass
@@ -50,7 +59,7 @@ class RolloutConfig:
     max_turns: int = 15
     resume: bool = False
     opd: bool = True
-    opd_options: dict[str, Any] = field(default_factory=dict)
+    opd_options: Mapping[str, Any] | OPDConfig = field(default_factory=dict)
 
 
 def _plain_config(config: RolloutConfig) -> dict[str, Any]:
@@ -59,6 +68,8 @@ def _plain_config(config: RolloutConfig) -> dict[str, Any]:
     def plain(value: Any) -> Any:
         if value is None or isinstance(value, bool | int | float | str):
             return value
+        if isinstance(value, OPDConfig):
+            value = value.to_kwargs()
         if isinstance(value, Mapping):
             return {str(k): plain(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -74,11 +85,19 @@ def run_rollout(
     make_agent: Callable[[Any], Any],
     *,
     teacher: Any = None,
-    judge: Any = "rule",
+    judge: Any = FROM_CONFIG,
     on_episode: Callable[[dict[str, Any], dict[str, float]], None] | None = None,
     progress: bool = True,
 ) -> RunSummary:
-    """Play `config.episodes` episodes; `make_agent(env)` builds one agent per worker."""
+    """Play `config.episodes` episodes; `make_agent(env)` builds one agent per worker.
+
+    The OPD options are `config.opd_options` (a mapping or an OPDConfig), with `teacher`
+    and `judge` set over them when given (teacher None or judge FROM_CONFIG: the config's,
+    whose defaults are the tiny teacher and the rule judge). They are validated
+    before anything starts; a teacher built here from a spec is loaded once, shared by every
+    worker and closed at the end; agents with a `close()` are closed by their worker.
+    """
+    opd_config = _opd_config(config, teacher, judge) if config.opd else None
     run = RunDirectory(config.out_dir)
     done = run.open_for_run(resume=config.resume)
     todo = [i for i in range(config.episodes) if i not in done]
@@ -87,21 +106,24 @@ def run_rollout(
     started = time.perf_counter()
     tasks = resolve_tasks(config.tasks)
     task_ids = config.task_ids or [t.id for t in tasks]
-    pool = make_pool(config.sandbox, size=max(2, config.parallel + 1))
-    if config.opd:
-        teacher = resolve_teacher(teacher)  # loaded once, shared by every worker
+    pool = specs.make_pool(config.sandbox, size=max(2, config.parallel + 1))
+    owned: list[Any] = []  # what this job built from specs; closed in the finally below
     bar = _progress(len(todo), progress)
 
     def make_env() -> tuple[gym.Env, TrajectoryRecorder]:
         env = gym.make("opd_gym/Coding-v0", tasks=tasks, sandbox=pool, max_turns=config.max_turns)
-        if config.opd:
-            env = OPDWrapper(env, teacher=teacher, judge=judge, **config.opd_options)
+        if opd_config is not None:
+            env = OPDWrapper(env, config=opd_config)
         recorder = run.recorder(env)
         return env, recorder
 
     def play(worker_todo: list[int]) -> None:
         env, recorder = make_env()
-        agent = make_agent(env)
+        try:
+            agent = make_agent(env)
+        except BaseException:
+            recorder.close()
+            raise
         try:
             for i in worker_todo:
                 try:
@@ -118,18 +140,45 @@ def run_rollout(
                         on_episode(row, metrics)
                     bar(row)
         finally:
+            _close(agent)
             recorder.close()
 
     try:
+        if opd_config is not None:  # loaded once, shared by every worker
+            built = specs.make_teacher(opd_config.teacher, **opd_config.teacher_options)
+            if built is not opd_config.teacher:
+                owned.append(built)
+            opd_config = opd_config.replace(teacher=built, teacher_options={})
         shards = [todo[w :: max(config.parallel, 1)] for w in range(max(config.parallel, 1))]
         with ThreadPoolExecutor(len(shards)) as workers:
             for future in [workers.submit(play, shard) for shard in shards if shard]:
                 future.result()
     finally:
+        for obj in owned:
+            _close(obj)
         pool.close()
     summary.seconds = time.perf_counter() - started
     run.write_summary(summary.to_dict())
     return summary
+
+
+def _opd_config(config: RolloutConfig, teacher: Any, judge: Any) -> OPDConfig:
+    """The run's OPD options: `config.opd_options` with `teacher`/`judge` set over them."""
+    given = {name: value for name, value in (("teacher", teacher), ("judge", judge))
+             if value is not None or name == "judge"}
+    if judge is FROM_CONFIG:
+        del given["judge"]
+    options = config.opd_options
+    if isinstance(options, OPDConfig):
+        return options.replace(**given)
+    return OPDConfig.from_kwargs(**{**options, **given})
+
+
+def _close(obj: Any) -> None:
+    """Close what has a `close()` (a teacher, a judge, a served policy's connections)."""
+    close = getattr(obj, "close", None)
+    if callable(close):
+        close()
 
 
 def _play_one(

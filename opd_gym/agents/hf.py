@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_gym.actions import TokenText
-from opd_gym.opd.chat import render_ids
+from opd_gym.models.tokenizer import render_ids
 from opd_gym.transcript import messages_for_template
 
 

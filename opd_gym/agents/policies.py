@@ -1,16 +1,16 @@
-"""Policies by spec string, for the CLI: demo, reference, replay:FILE, hf:PATH, openai:URL,
-vllm:URL. Each spec gives a factory `make(env) -> agent` (one agent per rollout worker)."""
+"""Policies the registry builds from spec strings (`opd_gym.specs.make_policy`): the replay
+agent and the OpenAI-compatible chat policy; `make_agent_factory` is the old entry point."""
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opd_gym.actions import TokenText
-from opd_gym.agents.demo import DemoAgent
-from opd_gym.agents.scripted import SUBMIT_CALL, ReferenceAgent
+from opd_gym.agents.scripted import SUBMIT_CALL
+from opd_gym.errors import ConfigError, DatasetError, ModelError
+from opd_gym.models.client import ModelUnavailable
 from opd_gym.runs.schema import EpisodeRow
 from opd_gym.tasks.model import Task
 from opd_gym.transcript import RAW
@@ -42,7 +42,7 @@ class ReplayAgent:
         try:
             self._turns = deque(self._by_task[info["task_id"]].popleft())
         except (KeyError, IndexError):
-            raise ValueError(
+            raise DatasetError(
                 f"the replay file has no (more) episodes of task {info['task_id']!r}"
             ) from None
 
@@ -66,7 +66,10 @@ def replay_queues(rows: Sequence[EpisodeRow | Mapping[str, Any]]) -> dict[str, d
 
 
 class OpenAIChatPolicy:
-    """Any OpenAI-compatible chat endpoint, given the tools schema; returns its message."""
+    """Any OpenAI-compatible chat endpoint, given the tools schema; returns its message.
+
+    Requests go through the shared `ModelClient` (retries with backoff on connect errors,
+    timeouts, 429 and 5xx; the model is discovered from `/models` when not named)."""
 
     def __init__(
         self,
@@ -79,13 +82,15 @@ class OpenAIChatPolicy:
         top_p: float | None = None,
         seed: int | None = None,
         timeout: float = 120.0,
+        retries: int = 2,
+        backoff: float = 0.5,
     ) -> None:
-        try:
-            import httpx
-        except ImportError as exc:
-            raise ImportError("the openai policy needs httpx: pip install 'opd_gym[llm]'") from exc
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers)
+        from opd_gym.models.client import ModelClient
+
+        if max_tokens < 1:
+            raise ConfigError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.client = ModelClient(base_url, api_key=api_key, timeout=timeout, retries=retries,
+                                  backoff=backoff, api_root=True)
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -102,8 +107,9 @@ class OpenAIChatPolicy:
             self.seed, self._turn = int(seed), 0
 
     def act(self, observation: str, info: Mapping[str, Any]) -> Mapping[str, Any]:
-        if self.model is None:
-            self.model = self._http.get("/models").raise_for_status().json()["data"][0]["id"]
+        from opd_gym.models.client import ModelUnavailable
+
+        self.model = self.client.model_id(self.model)
         payload = {
             "model": self.model,
             # the standard chat form: the server's template renders content + tool_calls
@@ -117,78 +123,37 @@ class OpenAIChatPolicy:
         if self.seed is not None:
             payload["seed"] = (self.seed * 1_000_003 + self._turn) % 2**31
             self._turn += 1
-        response = self._http.post("/chat/completions", json=payload).raise_for_status()
-        message = response.json()["choices"][0]["message"]
+        answer = self.client.call("POST", "chat/completions", payload)
+        try:
+            message = answer["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ModelUnavailable(f"{self.client.api}/chat/completions answered without a "
+                                   f"message ({type(exc).__name__}: {exc})") from None
         return {
             "role": "assistant",
             "content": message.get("content") or "",
             "tool_calls": message.get("tool_calls") or [],
         }
 
+    def close(self) -> None:
+        """Close the connections to the server."""
+        self.client.close()
+
 
 def check_server(base_url: str, path: str = "/models", timeout: float = 10.0) -> None:
-    """Fail early, in one sentence, when a policy's server does not answer."""
-    import httpx
+    """Fail early, in one sentence, when a policy's server does not answer its model list."""
+    from opd_gym.models.client import ModelClient
 
-    try:
-        httpx.get(base_url.rstrip("/") + path, timeout=timeout).raise_for_status()
-    except httpx.HTTPError as exc:
-        raise ConnectionError(
-            f"cannot reach the policy server at {base_url} ({exc}); "
-            "is it running, and is the URL right?"
-        ) from None
-
-
-SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
-MODEL = ("dtype", "device", "max_model_len")
+    with ModelClient(base_url, timeout=timeout, retries=0, api_root=path == "/models") as client:
+        try:
+            client.models()
+        except ModelError as exc:
+            raise ModelUnavailable(f"cannot reach the policy server at {base_url} ({exc}); "
+                                   "is it running, and is the URL right?") from None
 
 
 def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
-    """`make(env) -> agent` for a policy spec (see POLICY_HELP); raises ValueError if unknown.
+    """`make(env) -> agent` for a policy spec (forwards to `opd_gym.specs.make_policy`)."""
+    from opd_gym.specs import make_policy
 
-    `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
-    `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
-    then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
-    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
-    """
-    from opd_gym.models.smollm2 import resolve_model_spec
-
-    spec = resolve_model_spec(spec)  # "smollm2" -> hf:PATH (fetched and converted once)
-    options = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
-    if unknown:
-        raise ValueError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
-    scheme, _, target = spec.partition(":")
-    served = scheme in ("openai", "vllm") and target
-    model_options = sorted(set(options) & set(MODEL))
-    if served and model_options:
-        raise ValueError(f"{model_options} are set where the {scheme}: server is started, not "
-                         "by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
-    if spec == "demo":
-        return lambda env: DemoAgent(tasks)
-    if spec == "reference":
-        return lambda env: ReferenceAgent(tasks)
-    if scheme == "replay" and target:
-        from opd_gym.runs import RunDirectory
-
-        queues = replay_queues(list(RunDirectory(target).require().rows()))
-        return lambda env: ReplayAgent(queues)
-    seed = int(options.pop("seed", 0))
-    workers = itertools.count()
-    if scheme == "hf" and target:
-        from opd_gym.agents.hf import TransformersPolicy
-
-        shared = TransformersPolicy(target, seed=seed, **options)  # one model for all workers
-        return lambda env: shared.fork(seed + next(workers))
-    if "max_new_tokens" in options:
-        options["max_tokens"] = options.pop("max_new_tokens")
-    if scheme == "openai" and target:
-        check_server(target)
-        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
-    if scheme == "vllm" and target:
-        from opd_gym.agents.vllm import VLLMPolicy
-
-        check_server(target, "/v1/models")
-
-        return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
-    raise ValueError(f"unknown policy {spec!r}; use one of: {POLICY_HELP}")
+    return make_policy(spec, tasks, **options)

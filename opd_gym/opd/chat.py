@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from opd_gym.models.tokenizer import render_ids  # moved to the models layer; kept importable
+
 HINT_PREFIX = "[Hindsight hint] "
 HINT_ROLE = "user"
 Placement = Literal["before_turn", "task_message"]
@@ -34,26 +36,6 @@ PLACEMENTS = ("before_turn", "task_message")
 def make_hint_message(hint: str) -> dict[str, str]:
     """The message that carries a judge's hint to the teacher (role and wording live here)."""
     return {"role": HINT_ROLE, "content": f"{HINT_PREFIX}{hint.strip()}"}
-
-
-def render_ids(
-    tokenizer: Any,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-    *,
-    add_generation_prompt: bool,
-) -> list[int]:
-    """Token ids of the chat template applied to `messages` with `tools` in the prompt."""
-    ids = tokenizer.apply_chat_template(
-        [dict(m) for m in messages],
-        tools=list(tools) if tools else None,
-        add_generation_prompt=add_generation_prompt,
-        tokenize=True,
-        return_dict=False,
-    )
-    if isinstance(ids, Mapping):  # older transformers versions ignore return_dict
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
 
 
 def _require_prefix(prefix: list[int], full: list[int], what: str) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from opd_gym.errors import ConfigError, ModelError
 from opd_gym.tools.schemas import TOOL_NAMES
 
 HINT_RE = re.compile(r"\[HINT_START\](.*?)\[HINT_END\]", re.DOTALL)
@@ -56,6 +56,9 @@ class Judge(Protocol):
     def __call__(self, turn: JudgeInput, next_state: str) -> Verdict | str | None: ...
 
 
+JudgeFn = Callable[[JudgeInput, str], Verdict | str | None]
+
+
 def as_verdict(result: Verdict | str | None) -> Verdict:
     """Normalise what any judge returned (a plain callable may return a hint or None)."""
     if isinstance(result, Verdict):
@@ -85,6 +88,8 @@ def parse_vote(text: str) -> dict[str, Any]:
 
 VoteRule = Literal["majority", "any", "unanimous"]
 HintChoice = Literal["longest", "shortest", "first"]
+VOTE_RULES = ("majority", "any", "unanimous")
+HINT_CHOICES = ("longest", "shortest", "first")
 
 
 def decide(
@@ -106,7 +111,7 @@ def decide(
         "unanimous": bool(positive) and not negative,
     }
     if rule not in accepted:
-        raise ValueError(f"unknown vote rule {rule!r}: use majority, any or unanimous")
+        raise ConfigError(f"unknown vote rule {rule!r}: use one of {VOTE_RULES}")
     if not accepted[rule]:
         return None
     hints = [v["hint"] for v in positive]
@@ -116,7 +121,21 @@ def decide(
         return min(hints, key=len)
     if choice == "first":
         return hints[0]
-    raise ValueError(f"unknown hint choice {choice!r}: use longest, shortest or first")
+    raise ConfigError(f"unknown hint choice {choice!r}: use one of {HINT_CHOICES}")
+
+
+def check_judge_options(
+    *, votes: int = 3, rule: str = "majority", hint_choice: str = "longest", max_tokens: int = 256
+) -> None:
+    """Refuse LLM-judge options that could only fail later, at the first judged turn."""
+    if not isinstance(votes, int) or votes < 1:
+        raise ConfigError(f"votes must be an integer >= 1, got {votes!r}")
+    if rule not in VOTE_RULES:
+        raise ConfigError(f"unknown vote rule {rule!r}: use one of {VOTE_RULES}")
+    if hint_choice not in HINT_CHOICES:
+        raise ConfigError(f"unknown hint choice {hint_choice!r}: use one of {HINT_CHOICES}")
+    if not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ConfigError(f"the judge's max_tokens must be an integer >= 1, got {max_tokens!r}")
 
 
 # -- the LLM judge ---------------------------------------------------------------------------
@@ -191,13 +210,13 @@ class LLMJudge:
         backoff: float = 0.5,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
-        try:
-            import httpx
-        except ImportError as exc:
-            raise ImportError("LLMJudge needs httpx: pip install 'opd_gym[llm]'") from exc
-        if votes < 1:
-            raise ValueError("votes must be >= 1")
-        self.base_url = base_url.rstrip("/")
+        from opd_gym.models.client import ModelClient
+
+        check_judge_options(votes=votes, rule=rule, hint_choice=hint_choice,
+                            max_tokens=max_tokens)
+        self.client = ModelClient(base_url, api_key=api_key, timeout=timeout, retries=retries,
+                                  backoff=backoff, api_root=True)
+        self.base_url = self.client.api
         self.model = model
         self.votes = votes
         self.temperature = temperature
@@ -208,51 +227,26 @@ class LLMJudge:
         self.retries = retries
         self.backoff = backoff
         self.extra_body = dict(extra_body or {})
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
-
-    def _model(self) -> str:
-        if self.model is None:
-            listed = self._http.get("/models")
-            listed.raise_for_status()
-            self.model = listed.json()["data"][0]["id"]
-        return self.model
 
     def _complete(self, messages: list[dict[str, str]]) -> list[str]:
-        import httpx
-
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                payload = {
-                    "model": self._model(),
-                    "messages": messages,
-                    "n": self.votes,
-                    "temperature": self.temperature,
-                    "max_tokens": self.max_tokens,
-                    **({"seed": self.seed} if self.seed is not None else {}),
-                    **self.extra_body,
-                }
-                response = self._http.post("/chat/completions", json=payload)
-                if response.status_code >= 500:
-                    raise httpx.HTTPStatusError(
-                        f"server error {response.status_code}",
-                        request=response.request,
-                        response=response,
-                    )
-                response.raise_for_status()
-                choices = response.json()["choices"]
-                return [(c.get("message") or {}).get("content") or "" for c in choices]
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                last = exc
-                if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500:
-                    break  # a 4xx will not get better by asking again
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                last = ValueError(f"malformed response: {exc}")
-                break
-        raise JudgeUnavailable(f"judge at {self.base_url} failed: {type(last).__name__}: {last}")
+        try:
+            self.model = self.client.model_id(self.model)
+            payload = {
+                "model": self.model,
+                "messages": messages,
+                "n": self.votes,
+                "temperature": self.temperature,
+                "max_tokens": self.max_tokens,
+                **({"seed": self.seed} if self.seed is not None else {}),
+                **self.extra_body,
+            }
+            choices = self.client.call("POST", "chat/completions", payload)["choices"]
+            return [(c.get("message") or {}).get("content") or "" for c in choices]
+        except ModelError as exc:
+            raise JudgeUnavailable(f"judge at {self.base_url} failed: {exc}") from exc
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise JudgeUnavailable(f"judge at {self.base_url} failed: malformed response: "
+                                   f"{type(exc).__name__}: {exc}") from exc
 
     def __call__(self, turn: JudgeInput, next_state: str) -> Verdict:
         try:
@@ -267,10 +261,11 @@ class LLMJudge:
         )
 
     def close(self) -> None:
-        self._http.close()
+        """Close the connections to the judge's server."""
+        self.client.close()
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(ModelError):
     """The judge endpoint could not be reached or answered nonsense after retries."""
 
 
@@ -388,24 +383,8 @@ class RuleJudge:
 
 
 # -- construction from specs ------------------------------------------------------------------
-def make_judge(spec: Any) -> Callable[[JudgeInput, str], Verdict | str | None] | None:
-    """A judge from a spec: None, "rule", "openai:URL", {"type": "openai", ...} or a callable."""
-    if spec is None or spec == "none":
-        return None
-    if callable(spec):
-        return spec
-    if spec == "rule":
-        return RuleJudge()
-    if isinstance(spec, str) and spec.split(":", 1)[0] in {"openai", "vllm"}:
-        return LLMJudge(spec.split(":", 1)[1])
-    if isinstance(spec, Mapping):
-        options = dict(spec)
-        kind = options.pop("type", "openai")
-        if kind == "rule":
-            return RuleJudge()
-        if kind in {"openai", "vllm"}:
-            return LLMJudge(options.pop("url"), **options)
-    raise ValueError(
-        f"unknown judge spec {spec!r}: use 'rule', 'openai:http://host:port/v1', a dict "
-        "{'type': 'openai', 'url': ...} or a callable (turn, next_state) -> hint"
-    )
+def make_judge(spec: Any, **options: Any) -> JudgeFn | None:
+    """A judge from a spec (see `opd_gym.specs.make_judge`, which this forwards to)."""
+    from opd_gym.specs import make_judge as build
+
+    return build(spec, **options)

@@ -14,46 +14,31 @@ from typing import Any
 
 import gymnasium as gym
 
-from opd_gym.opd.judges import make_judge
+from opd_gym.errors import ConfigError
+from opd_gym.opd.config import DELIVERIES, OPDConfig  # noqa: F401  (DELIVERIES: old path)
 from opd_gym.opd.metrics import OPDMetrics
 from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.scorer import Judged, Scorer
 from opd_gym.opd.turns import TurnSample, sample_turn
 
-DELIVERIES = ("per_step", "per_episode")
+_UNSET: Any = object()  # an option the caller did not pass (None is a valid judge)
 
 
 def resolve_teacher(spec: Any) -> Any:
-    """A teacher from a spec: "tiny" (a locally built demo model), "smollm2" (the real small
-    model from PyPI), "hf:PATH", a dict {"spec": ..., **options} (e.g. dtype, device,
-    max_model_len), or an object."""
-    from opd_gym.models.smollm2 import resolve_model_spec
-    from opd_gym.opd.teachers import make_teacher
+    """A teacher from a spec, a mapping {"spec": ..., **options} or an object (forwards to the
+    registry, `opd_gym.specs.make_teacher`)."""
+    from opd_gym.specs import make_teacher
 
-    spec = resolve_model_spec(spec)
-    if spec == "tiny":
-        from opd_gym.models.tiny import ensure_tiny_model
-
-        return make_teacher(f"hf:{ensure_tiny_model()}")
-    if isinstance(spec, str):
-        return make_teacher(spec)
-    if isinstance(spec, Mapping):
-        options = dict(spec)
-        target = options.pop("spec")
-        if target == "tiny":
-            from opd_gym.models.tiny import ensure_tiny_model
-
-            target = f"hf:{ensure_tiny_model()}"
-        return make_teacher(target, **options)
-    if hasattr(spec, "score") and hasattr(spec, "tokenizer"):
-        return spec
-    raise ValueError(
-        f"unknown teacher {spec!r}: use 'tiny', 'smollm2', 'hf:/path', or a Teacher object"
-    )
+    return make_teacher(spec)
 
 
 class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Adds OPD records to `info["opd"]` (hermes-agent AgenticOPDConfig names in brackets).
+    """Adds OPD records to `info["opd"]`, a list of records (empty when a step brings none).
+
+    Takes either `config=OPDConfig(...)` or the same options as keyword arguments (both:
+    the keywords override the config); `OPDConfig` documents every option and its one
+    default. The teacher is built on first use (through `opd_gym.specs` when it is a spec)
+    and closed by the wrapper that built it; a teacher object stays its owner's to close.
 
     Args:
         teacher: "tiny", "smollm2", "hf:/path/to/model", {"spec": ..., **options}, or a Teacher.
@@ -61,92 +46,47 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             {"type": "openai", "url": ..., ...}, a callable (turn, next_state) -> hint, or None.
         topk: teacher top-K per student token [distill_topk].
         votes: judge samples per turn, from one request [prm_votes].
-        enabled: False makes the wrapper a pass-through [opd_enabled].
-        max_next_state_chars: next-state text cap, head + tail [hint_max_next_state_chars].
-        hint_scope: "turn" (each turn sees only its own hint) or "episode" (one teacher pass
-            over the whole trajectory, every hint in place; needs per_episode delivery).
-        hint_placement: "before_turn" (a message right before the scored turn) or
-            "task_message" (appended to the task message, as OpenClaw/hermes do).
         delivery: "per_step" (the turn's record in that step's info["opd"]) or "per_episode"
-            (all records in the terminal step's info["opd"], judged concurrently).
-            `info["opd"]` is always a list of records, empty when a step brings none.
+            (all records in the terminal step's info["opd"], judged concurrently); derived
+            from hint_scope when not given.
         async_scoring: per_step: records arrive in later steps' info["opd"] and the
             terminal step waits for the rest; per_episode: judging starts in the background
             as each turn's next state is known. The agent's next turn is never blocked.
-        vote_rule, hint_choice: how LLM judge votes are combined (see `opd_gym.opd.judges`).
-        score_without_hint: also score turns the judge gave no hint (default True).
-        student_tokenizer: path or tokenizer of the student; refused if it differs from the
-            teacher's.
-        copy_guard: "mask" (default): response positions that reproduce `copy_min_words`
-            consecutive words of the hint carry no teacher signal (the student must not be
-            rewarded for writing its own hint); "keep": only report them (`record.copied`).
-        on_history_rewrite: episode scope, when a turn's prompt does not extend the sequence
-            of the turns before it: "split" scores it from its own prompt (a new pass) and
-            says so in `record.context`; "refuse" leaves it unscored.
+        **options: the other `OPDConfig` fields (hint_scope, hint_placement, enabled,
+            max_next_state_chars, vote_rule, hint_choice, score_without_hint, judge_workers,
+            student_tokenizer, copy_guard, copy_min_words, on_history_rewrite,
+            teacher_options, judge_options).
     """
 
     def __init__(
         self,
         env: gym.Env,
-        teacher: Any = "tiny",
-        judge: Any = "rule",
-        topk: int = 50,
-        votes: int = 3,
+        teacher: Any = _UNSET,
+        judge: Any = _UNSET,
+        topk: Any = _UNSET,
+        votes: Any = _UNSET,
         *,
-        enabled: bool = True,
-        max_next_state_chars: int = 4000,
-        hint_scope: str = "turn",
-        hint_placement: str = "before_turn",
-        delivery: str = "per_step",
-        async_scoring: bool = False,
-        vote_rule: str = "majority",
-        hint_choice: str = "longest",
-        score_without_hint: bool = True,
-        judge_workers: int = 4,
-        student_tokenizer: Any = None,
-        copy_guard: str = "mask",
-        copy_min_words: int = 4,
-        on_history_rewrite: str = "split",
+        config: OPDConfig | None = None,
+        **options: Any,
     ) -> None:
-        args = {
-            "teacher": teacher,
-            "judge": judge,
-            "topk": topk,
-            "votes": votes,
-            "enabled": enabled,
-            "max_next_state_chars": max_next_state_chars,
-            "hint_scope": hint_scope,
-            "hint_placement": hint_placement,
-            "delivery": delivery,
-            "async_scoring": async_scoring,
-            "vote_rule": vote_rule,
-            "hint_choice": hint_choice,
-            "score_without_hint": score_without_hint,
-            "judge_workers": judge_workers,
-            "student_tokenizer": student_tokenizer,
-            "copy_guard": copy_guard,
-            "copy_min_words": copy_min_words,
-            "on_history_rewrite": on_history_rewrite,
-        }
+        given = {name: value for name, value in
+                 (("teacher", teacher), ("judge", judge), ("topk", topk), ("votes", votes))
+                 if value is not _UNSET}
+        config = OPDConfig.from_kwargs(config, **given, **options)
+        args = config.to_kwargs()
         # Objects (a loaded teacher, a judge function) are kept as they are, not deep-copied.
         gym.utils.RecordConstructorArgs.__init__(
             self, _disable_deepcopy=not _json_able(args), **args
         )
         gym.Wrapper.__init__(self, env)
-        if delivery not in DELIVERIES:
-            raise ValueError(f"delivery must be one of {DELIVERIES}, got {delivery!r}")
-        if hint_scope == "episode" and delivery != "per_episode":
-            raise ValueError(
-                "hint_scope='episode' scores the whole episode in one pass at its "
-                "end: use delivery='per_episode'"
-            )
-        self.enabled = enabled
-        self.delivery = delivery
-        self.async_scoring = async_scoring
-        self.max_next_state_chars = max_next_state_chars
+        self.config = config
+        self.enabled = config.enabled
+        self.delivery = config.delivery
+        self.async_scoring = config.async_scoring
+        self.max_next_state_chars = config.max_next_state_chars
         self.metrics = OPDMetrics()
         self._scorer: Scorer | None = None
-        self._config = args
+        self._owned: list[Any] = []  # what this wrapper built from specs, closed by close()
         self._background: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._episode: list[OPDRecord] = []
@@ -155,43 +95,48 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     @property
     def scorer(self) -> Scorer:
         if self._scorer is None:
-            cfg = self._config
-            teacher = resolve_teacher(cfg["teacher"])
-            if cfg["student_tokenizer"] is not None:
-                self._check_tokenizer(teacher, cfg["student_tokenizer"])
-            judge = cfg["judge"]
-            if isinstance(judge, str) and judge.split(":", 1)[0] in {"openai", "vllm"}:
-                judge = {"type": "openai", "url": judge.split(":", 1)[1]}
-            if isinstance(judge, Mapping) and judge.get("type", "openai") != "rule":
-                judge = {
-                    "votes": cfg["votes"],
-                    "rule": cfg["vote_rule"],
-                    "hint_choice": cfg["hint_choice"],
-                    **judge,
-                }
+            from opd_gym import specs
+
+            cfg = self.config
+            teacher = specs.make_teacher(cfg.teacher, **cfg.teacher_options)
+            if teacher is not cfg.teacher:
+                self._owned.append(teacher)
+            try:
+                if cfg.student_tokenizer is not None:
+                    self._check_tokenizer(teacher, cfg.student_tokenizer)
+                judge = specs.make_judge(cfg.judge, **cfg.judge_defaults)
+            except BaseException:
+                self._close_owned()
+                raise
+            if judge is not cfg.judge and judge is not None:
+                self._owned.append(judge)
             self._scorer = Scorer(
                 teacher,
-                make_judge(judge),
-                topk=cfg["topk"],
-                scope=cfg["hint_scope"],
-                placement=cfg["hint_placement"],
-                score_without_hint=cfg["score_without_hint"],
-                judge_workers=cfg["judge_workers"],
-                copy_guard=cfg["copy_guard"],
-                copy_min_words=cfg["copy_min_words"],
-                on_history_rewrite=cfg["on_history_rewrite"],
+                judge,
+                topk=cfg.topk,
+                scope=cfg.hint_scope,
+                placement=cfg.hint_placement,
+                score_without_hint=cfg.score_without_hint,
+                judge_workers=cfg.judge_workers,
+                copy_guard=cfg.copy_guard,
+                copy_min_words=cfg.copy_min_words,
+                on_history_rewrite=cfg.on_history_rewrite,
             )
         return self._scorer
+
+    def _close_owned(self) -> None:
+        """Close the teacher and judge this wrapper built (never objects it was given)."""
+        while self._owned:
+            close = getattr(self._owned.pop(), "close", None)
+            if callable(close):
+                close()
 
     @staticmethod
     def _check_tokenizer(teacher: Any, student: Any) -> None:
         from opd_gym.opd.chat import check_same_tokenizer
+        from opd_gym.specs import tokenizer
 
-        if isinstance(student, str):
-            from transformers import AutoTokenizer
-
-            student = AutoTokenizer.from_pretrained(student)
-        check_same_tokenizer(teacher.tokenizer, student)
+        check_same_tokenizer(teacher.tokenizer, tokenizer(student))
 
     # -- gym API ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -206,7 +151,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             return obs, reward, terminated, truncated, info
         done = terminated or truncated
         scorer = self.scorer
-        sample = self._sample_last_turn()
+        sample = self._sample_turn(info)
         if self.delivery == "per_step" and not self.async_scoring:
             record = scorer.score([scorer.judge_one(sample)])[0]
             self._episode.append(record)
@@ -231,17 +176,22 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._background = None
         if self._scorer is not None:
             self._scorer.close()
+        self._close_owned()
         super().close()
 
     # -- internals ---------------------------------------------------------------------------------
-    def _sample_last_turn(self) -> TurnSample:
-        base = self.env.unwrapped
-        turn = base.turns[-1]
+    def _sample_turn(self, info: Mapping[str, Any]) -> TurnSample:
+        """The turn that just happened, from the step's info alone (no env internals)."""
+        missing = [k for k in ("turn_snapshot", "messages", "tools", "task_prompt")
+                   if k not in info]
+        if missing:
+            raise ConfigError(f"OPDWrapper needs info keys {missing} from step(): wrap a "
+                              "CodingEnv, or keep those keys in the wrappers beneath it")
         return sample_turn(
-            turn,
-            base.messages,
-            base.tools,
-            base.task.prompt,
+            info["turn_snapshot"],
+            info["messages"],
+            info["tools"],
+            info["task_prompt"],
             max_next_state_chars=self.max_next_state_chars,
             tokenizer=self.scorer.teacher.tokenizer,
         )

@@ -238,15 +238,8 @@ def _floats(value: Any, length: int) -> list[float] | None:
 
 
 def load_tokenizer(spec: Any) -> Any:
-    """A tokenizer for naming tokens: None, a tokenizer, "tiny", "hf:PATH" or a model folder."""
-    if spec is None or hasattr(spec, "convert_ids_to_tokens"):
-        return spec
-    target = str(spec)
-    if target == "tiny":
-        from opd_gym.models.tiny import ensure_tiny_model
+    """A tokenizer for naming tokens: None, a tokenizer, "tiny", "hf:PATH" or a model folder
+    (resolved by the spec registry, `opd_gym.specs.tokenizer`)."""
+    from opd_gym.specs import tokenizer
 
-        target = str(ensure_tiny_model())
-    target = target.removeprefix("hf:")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(target)
+    return tokenizer(spec)

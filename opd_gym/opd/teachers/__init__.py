@@ -26,30 +26,16 @@ SCHEMES = ("hf", "vllm", "vllm-engine")
 
 
 def make_teacher(spec: str, **options: Any) -> Teacher:
-    """Build a teacher from a spec; `options` go to the teacher's constructor.
+    """Build a teacher from a spec (forwards to the registry, `opd_gym.specs.make_teacher`).
 
     - "hf:/path/to/model": a local transformers folder (e.g. dtype="bfloat16", chunk_rows=128);
     - "vllm:http://127.0.0.1:8000": a running vLLM server (e.g. max_in_flight=8, timeout=60);
     - "vllm-engine:/path/to/model": an in-process vllm.LLM (e.g. max_logprobs=50,
       enforce_eager=True).
     """
-    scheme, sep, target = spec.partition(":")
-    if not sep or not target:
-        raise ValueError(f"teacher spec {spec!r} must look like 'SCHEME:TARGET', "
-                         f"with SCHEME one of {SCHEMES} (e.g. 'hf:/models/tiny')")
-    if scheme == "hf":
-        from opd_gym.opd.teachers.transformers import TransformersTeacher
+    from opd_gym.specs import make_teacher as build
 
-        return TransformersTeacher(target, **options)
-    if scheme == "vllm":
-        from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
-
-        return VLLMServerTeacher(target, **options)
-    if scheme == "vllm-engine":
-        from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
-
-        return VLLMEngineTeacher(target, **options)
-    raise ValueError(f"unknown teacher scheme {scheme!r} in {spec!r}; known: {SCHEMES}")
+    return build(spec, **options)
 
 
 _LAZY = {

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from opd_gym.models.client import split_base_url
 from opd_gym.models.dtypes import resolve_dtype
-from opd_gym.opd.teachers.vllm_server import split_base_url
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -14,14 +14,21 @@ row per token). Tokens after the last span are never sent.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from opd_gym.errors import ConfigError
+from opd_gym.models.client import (
+    ModelClient,
+    ModelRejected,
+    ModelUnavailable,
+    split_base_url,  # noqa: F401  (importable from here, as before)
+)
+from opd_gym.models.tokenizer import served_tokenizer
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
 from opd_gym.opd.teachers.vllm_common import (
     check_length,
@@ -39,155 +46,15 @@ _PROBE_MESSAGES = [
 ]
 
 
-class ServerUnavailable(RuntimeError):
-    """The vLLM server could not be reached or kept failing after retries."""
+# The HTTP layer is the models layer's one client; these names stay importable from here.
+ServerUnavailable = ModelUnavailable
+TeacherUnavailable = ModelUnavailable
+ServerRejected = ModelRejected
+VLLMClient = ModelClient
 
 
-TeacherUnavailable = ServerUnavailable
-
-
-class ServerRejected(ValueError):
-    """The vLLM server refused a request (HTTP 4xx): asking again will not help."""
-
-    def __init__(self, message: str, status: int, detail: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-
-
-class LogprobCapError(ServerRejected):
+class LogprobCapError(ModelRejected):
     """The server refused the requested top-K: it is above its `--max-logprobs`."""
-
-
-def split_base_url(base_url: str) -> tuple[str, str]:
-    """(server root, OpenAI API root) from "http://host:port" or "http://host:port/v1"."""
-    root = base_url.rstrip("/")
-    if root.endswith("/v1"):
-        root = root[: -len("/v1")]
-    return root, f"{root}/v1"
-
-
-class VLLMClient:
-    """JSON calls to a vLLM server with a timeout, retries with backoff, and clear errors.
-
-    Timeouts, connection errors, 429 and 5xx answers are retried `retries` times, each after
-    `backoff * 2**attempt` seconds; a 4xx raises ServerRejected at once.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        timeout: float = 300.0,
-        connect_timeout: float = 10.0,
-        retries: int = 2,
-        backoff: float = 0.5,
-        max_connections: int = 8,
-    ) -> None:
-        try:
-            import httpx
-        except ImportError as exc:
-            raise ImportError("talking to a vLLM server needs httpx: "
-                              "pip install 'opd_gym[llm]'") from exc
-        if retries < 0 or timeout <= 0 or max_connections < 1:
-            raise ValueError("need retries >= 0, timeout > 0 and max_connections >= 1")
-        self.root, self.api = split_base_url(base_url)
-        self.retries = int(retries)
-        self.backoff = float(backoff)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)),
-            headers=headers,
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-        )
-        self._closed = threading.Event()
-
-    def call(
-        self,
-        method: str,
-        url: str,
-        body: Mapping[str, Any] | None = None,
-        decode: Callable[[bytes], Any] | None = None,
-    ) -> Any:
-        """One JSON call to `url` (absolute, or a path under the server root); `decode` turns
-        the response bytes into the result (default: json)."""
-        import httpx
-
-        if url.startswith("/"):
-            url = f"{self.root}{url}"
-        last: BaseException | None = None
-        for attempt in range(self.retries + 1):
-            if attempt and self._closed.wait(self.backoff * 2 ** (attempt - 1)):
-                break
-            if self._closed.is_set():
-                last = RuntimeError("the client is closed")
-                break
-            try:
-                response = self._http.request(method, url, json=body)
-            except httpx.TransportError as exc:  # connect errors, timeouts, dropped connections
-                last = exc
-                continue
-            except RuntimeError as exc:  # the client was closed under us
-                last = exc
-                break
-            if response.status_code == 429 or response.status_code >= 500:
-                last = RuntimeError(f"HTTP {response.status_code}: {response.text[:300]}")
-                continue
-            if response.status_code >= 400:
-                detail = _error_message(response)
-                raise ServerRejected(f"the vLLM server at {self.root} rejected {url} "
-                                     f"(HTTP {response.status_code}): {detail}",
-                                     response.status_code, detail)
-            try:
-                return decode(response.content) if decode else response.json()
-            except ValueError as exc:
-                raise ServerUnavailable(f"{url} answered with invalid JSON: {exc}") from exc
-        raise ServerUnavailable(f"vLLM server {url} failed after {attempt + 1} attempt(s): "
-                                f"{type(last).__name__}: {last}")
-
-    def served_model(self, model: str | None = None) -> Mapping[str, Any]:
-        """The `/v1/models` entry of `model` (the first served model when None)."""
-        listed = self.call("GET", f"{self.api}/models")["data"]
-        if not listed:
-            raise ServerUnavailable(f"the vLLM server at {self.root} serves no model")
-        if model is None:
-            return listed[0]
-        for entry in listed:
-            if entry.get("id") == model:
-                return entry
-        names = [entry.get("id") for entry in listed]
-        raise ValueError(f"the vLLM server at {self.root} does not serve {model!r}; it serves "
-                         f"{names}")
-
-    def close(self) -> None:
-        """Abort retries and close the connections."""
-        self._closed.set()
-        self._http.close()
-
-
-def _error_message(response: Any) -> str:
-    try:
-        return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return response.text[:500]
-
-
-def served_tokenizer(tokenizer: Any, info: Mapping[str, Any]) -> tuple[Any, str | None]:
-    """(tokenizer, its source path) for a served model: the given object, a path, or the path
-    the server reports for the model (its `root`)."""
-    if tokenizer is not None and not isinstance(tokenizer, str | os.PathLike):
-        return tokenizer, getattr(tokenizer, "name_or_path", None)
-    source = os.fspath(tokenizer) if tokenizer is not None else str(info.get("root") or info["id"])
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(source), source
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot load the tokenizer of the served model from {source!r} "
-                         f"({exc}); pass tokenizer= a local path or tokenizer object of the "
-                         "model the server runs") from exc
 
 
 class VLLMServerTeacher:
@@ -224,7 +91,7 @@ class VLLMServerTeacher:
         name: str | None = None,
     ) -> None:
         if max_in_flight < 1:
-            raise ValueError("max_in_flight must be >= 1")
+            raise ConfigError("max_in_flight must be >= 1")
         self.client = VLLMClient(base_url, api_key=api_key, timeout=timeout,
                                  connect_timeout=connect_timeout, retries=retries,
                                  backoff=backoff, max_connections=max_in_flight)
@@ -253,7 +120,7 @@ class VLLMServerTeacher:
         return self._vocab_size
 
     def check_tokenizer(self) -> None:
-        """Raise ValueError if the server tokenizes or decodes differently from the local one."""
+        """Raise ConfigError if the server tokenizes or decodes differently from the local one."""
         tok = self.tokenizer
         text = tok.apply_chat_template(_PROBE_MESSAGES, tokenize=False) \
             if getattr(tok, "chat_template", None) else \
@@ -271,7 +138,7 @@ class VLLMServerTeacher:
         if served_ids != local:
             at = next((i for i, (a, b) in enumerate(zip(local, served_ids, strict=False))
                        if a != b), min(len(local), len(served_ids)))
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer mismatch: the vLLM server at {self.root} ({self.model}) tokenizes "
                 f"a probe text differently from the local tokenizer {self._tok_name()} (first "
                 f"difference at token {at}: local {local[at:at + 3]} vs server "
@@ -281,7 +148,7 @@ class VLLMServerTeacher:
         served_text = self.client.call("POST", "/detokenize",
                                        {"model": self.model, "tokens": probe})["prompt"]
         if served_text != tok.decode(probe):
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer mismatch: the vLLM server at {self.root} ({self.model}) decodes "
                 f"ids across the vocabulary differently from the local tokenizer "
                 f"{self._tok_name()}; serve the same model or pass its tokenizer")
@@ -293,7 +160,7 @@ class VLLMServerTeacher:
             self.client.call("POST", f"{self.api}/completions",
                              {"model": self.model, "prompt": [last], "max_tokens": 1})
         except ServerRejected as exc:
-            raise ValueError(f"tokenizer mismatch: the vLLM server at {self.root} rejects token "
+            raise ConfigError(f"tokenizer mismatch: the vLLM server at {self.root} rejects token "
                              f"id {last} of the local tokenizer {self._tok_name()}: "
                              f"{exc.detail}") from None
         warnings.warn(f"the vLLM server at {self.root} runs without a tokenizer "

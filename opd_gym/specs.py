@@ -1,0 +1,334 @@
+"""The ONE registry of spec strings: teachers, judges, policies, sandboxes and tokenizers.
+
+A spec is a name ("tiny", "rule", "demo", "docker") or SCHEME:TARGET ("hf:/models/x",
+"vllm:http://127.0.0.1:8000", "openai:http://host/v1", "replay:run/trajectories.jsonl").
+The CLI, the rollout job and the library classes (`OPDWrapper(teacher="tiny")`) all build
+their objects here; an unknown spec is a ConfigError that lists the known ones. Objects
+(a loaded teacher, a judge function, a tokenizer) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opd_gym.errors import ConfigError
+
+# kind -> (names without a target, schemes that need one); the help text of every kind
+# (CLI, errors) is derived from these tables.
+KINDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "teacher": (("auto", "tiny", "smollm2"), ("hf", "vllm", "vllm-engine")),
+    "judge": (("rule", "none"), ("openai", "vllm")),
+    "policy": (("demo", "reference", "tiny", "smollm2"), ("hf", "openai", "vllm", "replay")),
+    "sandbox": (("auto", "docker", "bwrap", "local"), ()),
+    "tokenizer": (("tiny", "smollm2"), ("hf",)),
+}
+TARGETS = {"hf": "PATH", "vllm-engine": "PATH", "vllm": "URL", "openai": "URL",
+           "replay": "FILE"}
+MODEL_NAMES = ("tiny", "smollm2")  # local models built or fetched on first use
+
+
+def known(kind: str) -> str:
+    """The specs of `kind` for help texts and errors, e.g. "rule | none | openai:URL"."""
+    names, schemes = KINDS[kind]
+    return " | ".join([*names, *(f"{s}:{TARGETS[s]}" for s in schemes)])
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed spec string: its kind, scheme (or name) and target ("" for a plain name)."""
+
+    kind: str
+    scheme: str
+    target: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.scheme}:{self.target}" if self.target else self.scheme
+
+
+def parse(kind: str, spec: str) -> Spec:
+    """Split and check a spec string of `kind`; ConfigError naming the known specs if unknown."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown spec kind {kind!r}; known: {sorted(KINDS)}")
+    names, schemes = KINDS[kind]
+    if not isinstance(spec, str):
+        raise ConfigError(f"a {kind} spec must be a string, got {type(spec).__name__}; "
+                          f"use one of: {known(kind)}")
+    if spec in names:
+        return Spec(kind, spec)
+    scheme, sep, target = spec.partition(":")
+    if sep and scheme in schemes:
+        if not target:
+            raise ConfigError(f"the {kind} spec {spec!r} has no {TARGETS[scheme]} after "
+                              f"'{scheme}:'")
+        return Spec(kind, scheme, target)
+    if sep and schemes:
+        raise ConfigError(f"unknown {kind} scheme {scheme!r} in the spec {spec!r}; use one "
+                          f"of: {known(kind)}")
+    form = " (a SCHEME:TARGET spec, e.g. hf:/models/x, or a name)" if schemes else ""
+    raise ConfigError(f"unknown {kind} spec {spec!r}; use one of: {known(kind)}{form}")
+
+
+def check(kind: str, spec: Any) -> None:
+    """Refuse a malformed spec string at construction time (objects and mappings pass)."""
+    if isinstance(spec, str):
+        parse(kind, spec)
+    elif isinstance(spec, Mapping) and kind == "teacher":
+        if "spec" not in spec:
+            raise ConfigError("a teacher mapping needs a 'spec' key, e.g. "
+                              "{'spec': 'hf:/models/x', 'dtype': 'float32'}")
+        parse(kind, spec["spec"])
+
+
+# -- local models ----------------------------------------------------------------------------
+def model_path(spec: str) -> str:
+    """The local folder of "tiny" (built once), "smollm2" (fetched and converted once) or
+    "hf:PATH"; a ModelError if SmolLM2 cannot be had."""
+    if spec == "tiny":
+        from opd_gym.models.tiny import ensure_tiny_model
+
+        return str(ensure_tiny_model())
+    if spec == "smollm2":
+        from opd_gym.models.smollm2 import ensure_smollm2
+
+        return str(ensure_smollm2())
+    parsed = parse("tokenizer", spec)
+    return parsed.target
+
+
+def resolve_model(spec: Any) -> Any:
+    """"tiny" / "smollm2" (also as a mapping's "spec") -> "hf:PATH"; "auto" -> SmolLM2 when it
+    can be had, else tiny; anything else unchanged."""
+    if isinstance(spec, Mapping):
+        return {**spec, "spec": resolve_model(spec.get("spec"))} if "spec" in spec else spec
+    if spec == "auto":
+        spec = auto_teacher()
+    if spec in MODEL_NAMES:
+        return f"hf:{model_path(spec)}"
+    return spec
+
+
+def auto_teacher() -> str:
+    """What the "auto" teacher is here: "smollm2" when it can be had (fetched and converted
+    once), else "tiny" (a notice says why)."""
+    from opd_gym.models.smollm2 import default_teacher
+
+    return "tiny" if default_teacher() == "tiny" else "smollm2"
+
+
+def local_model(spec: Any) -> str | None:
+    """The local model folder a teacher/policy spec runs (None for servers and objects)."""
+    if isinstance(spec, Mapping):
+        spec = spec.get("spec")
+    if not isinstance(spec, str):
+        return None
+    spec = resolve_model(spec)
+    scheme, _, target = spec.partition(":")
+    return target if scheme in ("hf", "vllm-engine") and target else None
+
+
+def tokenizer(spec: Any) -> Any:
+    """A tokenizer: None, a tokenizer object, "tiny", "smollm2", "hf:PATH" or a model folder."""
+    from opd_gym.models.tokenizer import load_tokenizer
+
+    if spec is None or not isinstance(spec, str):
+        return load_tokenizer(spec)
+    if spec in MODEL_NAMES or spec.startswith("hf:"):
+        return load_tokenizer(model_path(spec))
+    return load_tokenizer(spec)
+
+
+# -- teachers --------------------------------------------------------------------------------
+TEACHER_OPTIONS_APPLY = ("tiny", "smollm2", "auto", "hf", "vllm-engine")
+
+
+def check_teacher_options(spec: Any, options: Mapping[str, Any]) -> None:
+    """Model options (dtype, device, max_model_len) apply where the model is loaded here."""
+    if not options or not isinstance(spec, str):
+        return
+    scheme = parse("teacher", spec).scheme
+    if scheme not in TEACHER_OPTIONS_APPLY:
+        name = next(iter(options))
+        raise ConfigError(f"the teacher option {name!r} applies to hf: and vllm-engine: "
+                          f"teachers; a {scheme}: server sets it when it is started")
+
+
+def make_teacher(spec: Any, **options: Any) -> Any:
+    """A teacher from a spec string, a mapping {"spec": ..., **options}, or a Teacher object.
+
+    - "tiny" (a locally built demo model), "smollm2" (the real small model from PyPI),
+      "auto" (SmolLM2 when it can be had, else tiny);
+    - "hf:/path/to/model": a local transformers folder (e.g. dtype="bfloat16", chunk_rows=128);
+    - "vllm:http://127.0.0.1:8000": a running vLLM server (e.g. max_in_flight=8, timeout=60);
+    - "vllm-engine:/path/to/model": an in-process vllm.LLM (e.g. max_logprobs=50).
+    """
+    if hasattr(spec, "score") and hasattr(spec, "tokenizer"):
+        if options:
+            raise ConfigError(f"teacher options {sorted(options)} need a spec, not a teacher "
+                              "object (build the object with them)")
+        return spec
+    if isinstance(spec, Mapping):
+        merged = dict(spec)
+        target = merged.pop("spec", None)
+        if target is None:
+            check("teacher", spec)
+        return make_teacher(target, **{**merged, **options})
+    check_teacher_options(spec, options)
+    parsed = parse("teacher", spec)
+    if parsed.scheme in ("auto", *MODEL_NAMES):
+        return make_teacher(resolve_model(spec), **options)
+    if parsed.scheme == "hf":
+        from opd_gym.opd.teachers.transformers import TransformersTeacher
+
+        return TransformersTeacher(parsed.target, **options)
+    if parsed.scheme == "vllm":
+        from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
+
+        return VLLMServerTeacher(parsed.target, **options)
+    from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
+
+    return VLLMEngineTeacher(parsed.target, **options)
+
+
+# -- judges ----------------------------------------------------------------------------------
+def make_judge(spec: Any, **llm_options: Any) -> Any:
+    """A judge: None/"none", "rule", "openai:URL" (an OpenAI API root), "vllm:URL" (a vLLM
+    server, "/v1" optional), a mapping {"type": "openai", "url": ..., **options}, or a
+    callable (turn, next_state) -> hint. `llm_options` (votes, rule, hint_choice, ...) are
+    defaults for an LLM judge; a mapping's own options win."""
+    from opd_gym.opd.judges import LLMJudge, RuleJudge
+
+    if spec is None:
+        return None
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        kind = options.pop("type", "openai")
+        if kind == "rule":
+            return RuleJudge()
+        if kind not in ("openai", "vllm"):
+            raise ConfigError(f"unknown judge type {kind!r}; use rule, openai or vllm")
+        if "url" not in options:
+            raise ConfigError(f"a {kind} judge mapping needs a 'url'")
+        url = options.pop("url")
+        return make_judge(f"{kind}:{url}", **{**llm_options, **options})
+    if callable(spec):
+        return spec
+    parsed = parse("judge", spec)
+    if parsed.scheme == "none":
+        return None
+    if parsed.scheme == "rule":
+        return RuleJudge()
+    url = parsed.target
+    if parsed.scheme == "vllm":
+        from opd_gym.models.client import split_base_url
+
+        url = split_base_url(url)[1]
+    return LLMJudge(url, **llm_options)
+
+
+# -- policies --------------------------------------------------------------------------------
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
+MODEL = ("dtype", "device", "max_model_len")
+
+
+def make_policy(spec: str, tasks: Sequence[Any], **options: Any) -> Callable[[Any], Any]:
+    """`make(env) -> agent` for a policy spec: one agent per rollout worker.
+
+    `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
+    `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
+    then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
+    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
+    """
+    parsed = parse("policy", spec)
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
+    if unknown:
+        raise ConfigError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
+    scheme, target = parsed.scheme, parsed.target
+    model_options = sorted(set(options) & set(MODEL))
+    if scheme in ("openai", "vllm") and model_options:
+        raise ConfigError(f"{model_options} are set where the {scheme}: server is started, "
+                          "not by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
+    if scheme == "demo":
+        from opd_gym.agents.demo import DemoAgent
+
+        return lambda env: DemoAgent(tasks)
+    if scheme == "reference":
+        from opd_gym.agents.scripted import ReferenceAgent
+
+        return lambda env: ReferenceAgent(tasks)
+    if scheme == "replay":
+        from opd_gym.agents.policies import ReplayAgent, replay_queues
+        from opd_gym.rollout import read_trajectories
+
+        queues = replay_queues(list(read_trajectories(target)))
+        return lambda env: ReplayAgent(queues)
+    seed = int(options.pop("seed", 0))
+    workers = itertools.count()
+    if scheme in ("hf", *MODEL_NAMES):
+        from opd_gym.agents.hf import TransformersPolicy
+
+        path = target if scheme == "hf" else model_path(scheme)
+        shared = TransformersPolicy(path, seed=seed, **options)  # one model for all workers
+        return lambda env: shared.fork(seed + next(workers))
+    if "max_new_tokens" in options:
+        options["max_tokens"] = options.pop("max_new_tokens")
+    from opd_gym.agents.policies import OpenAIChatPolicy, check_server
+
+    if scheme == "openai":
+        check_server(target)
+        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
+    from opd_gym.agents.vllm import VLLMPolicy
+
+    check_server(target, "/v1/models")
+    return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
+
+
+# -- sandboxes -------------------------------------------------------------------------------
+def sandbox_backend(spec: Any = "auto") -> str:
+    """The backend a sandbox spec means here ("auto": docker, else bwrap, else local)."""
+    from opd_gym.sandboxes.factory import resolve_backend
+
+    if isinstance(spec, str):
+        parse("sandbox", spec)
+    return resolve_backend(spec)
+
+
+def make_sandbox_factory(spec: Any = "docker") -> Callable[[], Any]:
+    """A zero-argument callable making unstarted sandboxes (see `sandboxes.sandbox_factory`)."""
+    from opd_gym.sandboxes.factory import sandbox_factory
+
+    if isinstance(spec, str):
+        parse("sandbox", spec)
+    return sandbox_factory(spec)
+
+
+def make_pool(spec: Any = "docker", size: int = 2, **kwargs: Any) -> Any:
+    """A warm pool of sandboxes of backend `spec` (a name or {"backend": name, **options})."""
+    from opd_gym.sandboxes.factory import make_pool as build
+
+    if isinstance(spec, str):
+        parse("sandbox", spec)
+    return build(spec, size=size, **kwargs)
+
+
+__all__ = [
+    "KINDS",
+    "Spec",
+    "auto_teacher",
+    "check",
+    "known",
+    "local_model",
+    "make_judge",
+    "make_policy",
+    "make_pool",
+    "make_sandbox_factory",
+    "make_teacher",
+    "model_path",
+    "parse",
+    "resolve_model",
+    "sandbox_backend",
+    "tokenizer",
+]
