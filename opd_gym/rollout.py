@@ -18,7 +18,6 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym import specs
-from opd_gym.env import resolve_tasks
 from opd_gym.opd.config import OPDConfig
 from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.runs import (
@@ -29,6 +28,7 @@ from opd_gym.runs import (
     RunSummary,
     read_trajectories,  # noqa: F401
 )
+from opd_gym.tasks.resolve import resolve_tasks
 from opd_gym.wrappers.recorder import TrajectoryRecorder
 
 

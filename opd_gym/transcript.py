@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opd_gym.grading import GradeReport
@@ -151,23 +151,32 @@ def render_messages(messages: Sequence[Message]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Turn:
-    """One assistant turn: what the model produced, what ran, and the state that followed."""
+    """One assistant turn, frozen once played: what the model produced, what ran, and the
+    state that followed (safe to hand to wrappers and background threads by reference)."""
 
     index: int
     text: str
     context_len: int
     end_len: int = 0
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    tool_results: list[ToolResult] = field(default_factory=list)
-    format_errors: list[str] = field(default_factory=list)
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    format_errors: tuple[str, ...] = ()
     observation: str = ""
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    prompt_ids: list[int] | None = None
+    token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[float, ...] | None = None
+    prompt_ids: tuple[int, ...] | None = None
     grade: GradeReport | None = None
     end_reason: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("tool_calls", "tool_results", "format_errors"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("token_ids", "logprobs", "prompt_ids"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
 
     @property
     def is_format_error(self) -> bool:
@@ -197,9 +206,13 @@ class Turn:
             "tool_results": [result.to_dict() for result in self.tool_results],
             "format_errors": list(self.format_errors),
             "observation": self.observation,
-            "token_ids": self.token_ids,
-            "logprobs": self.logprobs,
-            "prompt_ids": self.prompt_ids,
+            "token_ids": _list(self.token_ids),
+            "logprobs": _list(self.logprobs),
+            "prompt_ids": _list(self.prompt_ids),
             "grade": self.grade.to_dict() if self.grade is not None else None,
             "end_reason": self.end_reason,
         }
+
+
+def _list(values: Sequence[Any] | None) -> list[Any] | None:
+    return list(values) if values is not None else None

@@ -139,8 +139,8 @@ def test_token_ids_and_openai_message_actions_are_kept(env):
     *_, term, _, info = env.step(message)
     assert term and info["messages"][-1]["tool_call_id"] == "xyz"
     turns = env.turns
-    assert turns[0].token_ids == [11, 12, 13] and turns[0].logprobs == [-0.1, -0.2, -0.3]
-    assert turns[1].token_ids == [7] and turns[2].token_ids is None
+    assert turns[0].token_ids == (11, 12, 13) and turns[0].logprobs == (-0.1, -0.2, -0.3)
+    assert turns[1].token_ids == (7,) and turns[2].token_ids is None
     assert turns[2].grade is not None and turns[2].grade.score == 0.0
     messages = env.messages
     for turn in turns:

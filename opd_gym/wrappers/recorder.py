@@ -53,6 +53,7 @@ class TrajectoryRecorder(gym.Wrapper):
             "started": time.time(),
             "rewards": [],
             "last_info": info,
+            "turns": [],
             "opd": [],
             "opd_metrics": None,
         }
@@ -65,6 +66,9 @@ class TrajectoryRecorder(gym.Wrapper):
             self._episode["last_info"] = info
             self._episode["terminated"] = bool(terminated)
             self._episode["truncated"] = bool(truncated)
+            turn = info.get("turn_snapshot")
+            if turn is not None:
+                self._episode["turns"].append(turn.to_dict())
             self._collect_opd(info)
             if terminated or truncated:
                 self._flush(finished=True)
@@ -81,8 +85,6 @@ class TrajectoryRecorder(gym.Wrapper):
         """The JSON-able record of the current episode."""
         assert self._episode is not None
         episode, info = self._episode, self._episode["last_info"]
-        base = self.env.unwrapped
-        turns = getattr(base, "turns", None)
         record: dict[str, Any] = {
             "schema": SCHEMA_VERSION,
             "task_id": episode["task_id"],
@@ -97,7 +99,7 @@ class TrajectoryRecorder(gym.Wrapper):
             "reward_breakdown": info.get("reward_breakdown"),
             "grade": info.get("grade"),
             "messages": info.get("messages", []),
-            "turns": [turn.to_dict() for turn in turns] if turns is not None else [],
+            "turns": list(episode["turns"]),
             "duration": time.time() - episode["started"],
         }
         if episode["opd"] or episode["opd_metrics"] is not None:
