@@ -151,11 +151,16 @@ def test_rerun_without_resume_is_refused(tmp_path):
         (["view", "/no/such/run"], {}, "no run directory"),
         (["export", "/no/such/run", "--to", "trl"], {}, "no run directory"),
         (["tasks", "show", "nope"], {}, "no task 'nope'"),
+        (["rollout", "--topk", "0", "--sandbox", "local"], {}, "topk must be an integer >= 1"),
+        (["rollout", "--judge", "oracle", "--sandbox", "local"], {},
+         "unknown judge spec 'oracle'; use one of: rule | none | openai:URL | vllm:URL"),
+        (["rollout", "--teacher", "/models/x", "--sandbox", "local"], {},
+         "unknown teacher spec '/models/x'"),
     ],
 )
 def test_user_errors_are_one_clear_line(tmp_path, args, env, expected):
     result = opd_gym(*_with_out(args, tmp_path), env=env)
-    assert result.returncode != 0
+    assert result.returncode == 2, result.stderr
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("opd-gym:")]
@@ -263,3 +268,21 @@ def test_hf_dataset_names_with_the_datasets_extra(tmp_path):
                      env={"HF_DATASETS_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 0, result.stderr
     assert "mbpp/9001" in result.stdout and "3 tasks" in result.stdout
+
+
+def test_a_bug_is_a_traceback_not_one_line(tmp_path):
+    """Anything that is not an OPDGymError is a bug: the CLI shows its traceback, exit 1.
+    No command has a bug on demand, so this run injects one (a fake: cmd_view raises)."""
+    script = (
+        "import sys, opd_gym.cli as cli\n"
+        "def boom(args):\n"
+        "    raise KeyError('a programming error')\n"
+        "cli.cmd_view = boom\n"
+        f"sys.exit(cli.main(['view', {str(tmp_path)!r}]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "KeyError: 'a programming error'" in result.stderr
+    assert not any(line.startswith("opd-gym: error:") for line in result.stderr.splitlines())
+

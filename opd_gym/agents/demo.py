@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opd_gym.agents.scripted import SUBMIT_CALL, ScriptedAgent
+from opd_gym.errors import DatasetError
 from opd_gym.tasks.model import Task
 from opd_gym.tools.parsing import format_tool_call
 
@@ -29,7 +30,7 @@ def _check(paths: list[str]) -> str:
 def demo_script(task: Task) -> list[str]:
     """Tool-call turns: look, flawed write, failing check, edit fix, passing check, submit."""
     if not task.solution:
-        raise ValueError(f"task {task.id!r} ships no reference solution for the demo policy")
+        raise DatasetError(f"task {task.id!r} ships no reference solution for the demo policy")
     paths = sorted(task.solution)
     target = next((p for p in paths if p.endswith(".py")), paths[0])
     original = task.solution[target]

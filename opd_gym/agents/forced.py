@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_gym.actions import TokenText
+from opd_gym.errors import ConfigError
 from opd_gym.models.tokenizer import render_ids
 from opd_gym.transcript import messages_for_template
 
@@ -29,7 +30,7 @@ class TeacherForcedPolicy:
         give_prompt_ids: bool = True,
     ) -> None:
         if not texts:
-            raise ValueError("give at least one text")
+            raise ConfigError("give at least one text")
         self.model, self.tokenizer, self.texts = model, tokenizer, list(texts)
         self.give_prompt_ids = give_prompt_ids
         self.prompts: list[list[int]] = []

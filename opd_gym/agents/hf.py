@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_gym.actions import TokenText
+from opd_gym.errors import ConfigError
 from opd_gym.models.tokenizer import render_ids
 from opd_gym.transcript import messages_for_template
 
@@ -46,9 +47,9 @@ class TransformersPolicy:
         from opd_gym.models.dtypes import DEFAULTS, normalize_dtype, resolve_dtype
 
         if max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be >= 1")
+            raise ConfigError("max_new_tokens must be >= 1")
         if not 0.0 < top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+            raise ConfigError("top_p must be in (0, 1]")
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model))
             name = resolve_dtype(dtype, str(model))
@@ -57,9 +58,9 @@ class TransformersPolicy:
         elif dtype not in DEFAULTS:
             model = model.to(getattr(torch, normalize_dtype(str(dtype))))
         if tokenizer is None:
-            raise ValueError("pass the tokenizer along with a loaded model")
+            raise ConfigError("pass the tokenizer along with a loaded model")
         if temperature <= 0:
-            raise ValueError("temperature must be > 0 (use a small value for near-greedy)")
+            raise ConfigError("temperature must be > 0 (use a small value for near-greedy)")
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -111,7 +112,7 @@ class TransformersPolicy:
         if self.max_model_len:
             budget = min(budget, int(self.max_model_len) - len(prompt))
             if budget < 1:
-                raise ValueError(f"the prompt has {len(prompt)} tokens: no room left in "
+                raise ConfigError(f"the prompt has {len(prompt)} tokens: no room left in "
                                  f"max_model_len {self.max_model_len} to sample a turn")
         cache = DynamicCache(config=self.model.config)
         step_input = torch.tensor([prompt], device=self.device)

@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from opd_gym.errors import DatasetError
 from opd_gym.tasks.model import Task
 from opd_gym.tools.formats import get_tool_format
 from opd_gym.tools.parsing import format_tool_call
@@ -35,7 +36,7 @@ def reference_script(task: Task, *, wrong: bool = False) -> list[str]:
     With `wrong=True` every solution file is written empty instead (a failing submission).
     """
     if not task.solution:
-        raise ValueError(f"task {task.id!r} ships no reference solution")
+        raise DatasetError(f"task {task.id!r} ships no reference solution")
     turns = [
         format_tool_call("write_file", {"path": path, "content": "" if wrong else text})
         for path, text in sorted(task.solution.items())

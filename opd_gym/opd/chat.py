@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from opd_gym.errors import ConfigError
 from opd_gym.models.tokenizer import render_ids  # moved to the models layer; kept importable
 
 HINT_PREFIX = "[Hindsight hint] "
@@ -74,7 +75,7 @@ def build_teacher_ids(
     and are used verbatim instead of rendering `context_messages`.
     """
     if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        raise ConfigError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
     messages = [dict(m) for m in context_messages]
     student = [int(i) for i in student_ids]
     if context_ids is not None:
@@ -184,7 +185,7 @@ def plan_episode(
     `refused`) while later turns still build on its prompt.
     """
     if on_break not in BREAKS:
-        raise ValueError(f"on_break must be one of {BREAKS}, got {on_break!r}")
+        raise ConfigError(f"on_break must be one of {BREAKS}, got {on_break!r}")
     passes: list[EpisodePass] = []
     notes: dict[int, str] = {}
     refused: dict[int, str] = {}
@@ -253,7 +254,7 @@ def build_episode_ids(
 
 
 def check_same_tokenizer(a: Any, b: Any) -> None:
-    """Raise ValueError naming the first differences if two tokenizers do not share ids."""
+    """Raise ConfigError naming the first differences if two tokenizers do not share ids."""
     va, vb = a.get_vocab(), b.get_vocab()
     if va != vb:
         only_a = sorted(set(va) - set(vb))
@@ -268,11 +269,11 @@ def check_same_tokenizer(a: Any, b: Any) -> None:
             tok = moved[0]
             parts.append(f"{len(moved)} tokens with different ids, e.g. {tok!r}: "
                          f"{va[tok]} vs {vb[tok]}")
-        raise ValueError("tokenizers differ: " + "; ".join(parts))
+        raise ConfigError("tokenizers differ: " + "; ".join(parts))
     sa, sb = _special_tokens(a), _special_tokens(b)
     if sa != sb:
         diff = sorted(set(sa.items()) ^ set(sb.items()))
-        raise ValueError(f"tokenizers differ in special tokens: {diff[:4]} "
+        raise ConfigError(f"tokenizers differ in special tokens: {diff[:4]} "
                          f"(first has {sorted(sa.items())}, second has {sorted(sb.items())})")
 
 

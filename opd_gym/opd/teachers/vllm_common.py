@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from opd_gym.errors import ConfigError
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores
 
 SERVER_NEG_INF = -9999.0  # the server's JSON spelling of -inf
@@ -101,7 +102,7 @@ def split_spans(
 def check_length(request_index: int, length: int, max_model_len: int | None) -> None:
     """Refuse a prompt vLLM cannot take (it also needs room for the one generated token)."""
     if max_model_len is not None and length > max_model_len - 1:
-        raise ValueError(f"request {request_index}: {length} tokens to score exceed the vLLM "
+        raise ConfigError(f"request {request_index}: {length} tokens to score exceed the vLLM "
                          f"model's max_model_len - 1 = {max_model_len - 1}; raise "
                          "--max-model-len or score shorter sequences (hint_scope='turn')")
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.errors import ConfigError, ModelError
 from opd_gym.models.dtypes import resolve_dtype
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
 from opd_gym.opd.teachers.vllm_common import (
@@ -57,7 +58,7 @@ class VLLMEngineTeacher:
         **llm_kwargs: Any,
     ) -> None:
         if sampled_only not in ("auto", "token_ids", "prompt_logprobs"):
-            raise ValueError("sampled_only must be 'auto', 'token_ids' or 'prompt_logprobs'")
+            raise ConfigError("sampled_only must be 'auto', 'token_ids' or 'prompt_logprobs'")
         try:
             import vllm
             from vllm import SamplingParams
@@ -97,7 +98,7 @@ class VLLMEngineTeacher:
         self.token_id_scoring = "prompt_logprob_token_ids" in names and v2 and \
             sampled_only != "prompt_logprobs"
         if sampled_only == "token_ids" and not self.token_id_scoring:
-            raise ValueError("sampled_only='token_ids' needs prompt_logprob_token_ids and the "
+            raise ConfigError("sampled_only='token_ids' needs prompt_logprob_token_ids and the "
                              "V2 model runner (VLLM_USE_V2_MODEL_RUNNER=1; not available on "
                              "vLLM's CPU backend without Triton)")
         self.rows_scored = 0  # prompt rows the engine scored, for cost accounting
@@ -113,7 +114,7 @@ class VLLMEngineTeacher:
         requests = list(requests)
         validate_requests(requests, topk, self._vocab_size)
         if topk > self.max_logprobs:
-            raise ValueError(f"topk={topk} exceeds the engine's max_logprobs="
+            raise ConfigError(f"topk={topk} exceeds the engine's max_logprobs="
                              f"{self.max_logprobs}; build the teacher with max_logprobs={topk}")
         todo = [i for i, req in enumerate(requests) if len(scored_positions(req))]
         for i in todo:
@@ -156,7 +157,7 @@ class VLLMEngineTeacher:
                                np.zeros((len(positions), 0), np.float32), topk)
         rows = output.prompt_logprobs
         if rows is None or len(rows) != len(ids):
-            raise RuntimeError(f"vLLM returned {0 if rows is None else len(rows)} prompt-logprob "
+            raise ModelError(f"vLLM returned {0 if rows is None else len(rows)} prompt-logprob "
                                f"rows for a {len(ids)}-token prompt")
         self.rows_scored += len(ids)
         if hasattr(rows, "start_indices"):  # FlatLogprobs: parallel primitive lists
@@ -193,7 +194,7 @@ def _from_flat(ids: list[int], positions: np.ndarray, flat: Any, topk: int):
     counts = ends - starts
     if (counts <= 0).any():
         p = int(positions[np.flatnonzero(counts <= 0)[0]])
-        raise RuntimeError(f"vLLM returned no prompt logprobs for position {p}")
+        raise ModelError(f"vLLM returned no prompt logprobs for position {p}")
     offsets = np.cumsum(counts) - counts
     take = np.arange(int(counts.sum())) + np.repeat(starts - offsets, counts)
     token_ids = np.asarray(flat.token_ids, np.int64)[take]

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from opd_gym.errors import ModelError
 from opd_gym.models.client import split_base_url
 from opd_gym.models.dtypes import resolve_dtype
 
@@ -115,7 +116,7 @@ class VLLMServerProcess:
         while True:
             code = self.process.poll() if self.process else None
             if code is not None:
-                raise RuntimeError(f"the vLLM server exited with code {code} while starting; "
+                raise ModelError(f"the vLLM server exited with code {code} while starting; "
                                    f"log tail:\n{self.log_tail()}")
             try:
                 if httpx.get(f"{api}/models", timeout=5).status_code == 200:
