@@ -22,7 +22,11 @@ __version__ = "0.1.0"
 
 ENV_IDS = register_envs()
 
-_LAZY = {"OPDWrapper": "opd_gym.opd.wrapper"}
+_LAZY = {
+    "OPDWrapper": "opd_gym.opd.wrapper",
+    "OPDConfig": "opd_gym.opd.config",
+    "ModelClient": "opd_gym.models.client",
+}
 
 __all__ = [
     "ConfigError",
@@ -34,7 +38,9 @@ __all__ = [
     "CodingEnv",
     "GradeReport",
     "Grader",
+    "ModelClient",
     "ModelOutput",
+    "OPDConfig",
     "OPDWrapper",
     "RewardWeights",
     "Task",

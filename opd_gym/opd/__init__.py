@@ -1,5 +1,6 @@
 """On-policy distillation: judges, teachers, the OPD record, and the OPDWrapper."""
 
+from opd_gym.opd.config import OPDConfig
 from opd_gym.opd.judges import JudgeInput, LLMJudge, RuleJudge, Verdict, make_judge
 from opd_gym.opd.metrics import OPDMetrics
 from opd_gym.opd.record import OPDRecord, SkipReason
@@ -8,6 +9,7 @@ from opd_gym.opd.wrapper import OPDWrapper
 __all__ = [
     "JudgeInput",
     "LLMJudge",
+    "OPDConfig",
     "OPDMetrics",
     "OPDRecord",
     "SkipReason",
