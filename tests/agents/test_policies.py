@@ -63,3 +63,25 @@ def test_parallel_replay_uses_each_recorded_episode_once(tmp_path):
         len(summary.failures) == 1
         and "no (more) episodes of task 'fizzbuzz'" in summary.failures[0]
     )
+
+
+def test_rollout_closes_the_agents_it_builds_and_checks_opd_options_first(tmp_path):
+    from opd_gym.agents.scripted import ReferenceAgent
+    from opd_gym.errors import ConfigError
+
+    tasks = load_suite()
+    closed = []
+
+    class ClosingAgent(ReferenceAgent):  # a real scripted agent that also has connections
+        def close(self):
+            closed.append(self)
+
+    config = RolloutConfig(out_dir=str(tmp_path / "a"), episodes=2, task_ids=["fizzbuzz"],
+                           sandbox="local", parallel=2, opd=False)
+    summary = run_rollout(config, lambda env: ClosingAgent(tasks), progress=False)
+    assert summary.episodes == 2 and len(closed) == 2  # one agent per worker, each closed
+    bad = RolloutConfig(out_dir=str(tmp_path / "b"), episodes=1, sandbox="local",
+                        opd_options={"topk": 0})
+    with pytest.raises(ConfigError, match="topk must be an integer >= 1"):
+        run_rollout(bad, lambda env: ClosingAgent(tasks), progress=False)
+    assert not (tmp_path / "b" / "trajectories.jsonl").exists()  # refused before any work
