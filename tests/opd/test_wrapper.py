@@ -10,7 +10,7 @@ import pytest
 
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.agents.hf import TransformersPolicy
-from opd_gym.opd.judges import LLMJudge, RuleJudge
+from opd_gym.opd.judges import LLMJudge
 from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
@@ -199,4 +199,3 @@ def test_spec_records_json_able_arguments(tiny_model_path):
     assert record.topk == 3 and isinstance(record.hint, str)
     again.close()
     env.close()
-    assert isinstance(RuleJudge(), RuleJudge)
