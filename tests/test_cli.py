@@ -151,7 +151,7 @@ def test_rerun_without_resume_is_refused(tmp_path):
         (["view", "/no/such/run"], {}, "no run directory"),
         (["export", "/no/such/run", "--to", "trl"], {}, "no run directory"),
         (["tasks", "show", "nope"], {}, "no task 'nope'"),
-        (["rollout", "--topk", "0", "--sandbox", "local"], {}, "topk must be an integer >= 1"),
+        (["rollout", "--topk", "-1", "--sandbox", "local"], {}, "topk must be an integer >= 0"),
         (["rollout", "--judge", "oracle", "--sandbox", "local"], {},
          "unknown judge spec 'oracle'; use one of: rule | none | openai:URL | vllm:URL"),
         (["rollout", "--teacher", "/models/x", "--sandbox", "local"], {},

@@ -36,7 +36,8 @@ class OPDConfig:
         judge: "rule" (offline), "none", "openai:URL", "vllm:URL", a mapping
             {"type": "openai", "url": ..., ...}, a callable (turn, next_state) -> hint, or None.
         topk: teacher top-K per student token [distill_topk]; 20 by default, the most a vLLM
-            server returns unless started with a larger --max-logprobs.
+            server returns unless started with a larger --max-logprobs; 0 scores only the
+            sampled tokens.
         votes: LLM judge samples per turn, from one request [prm_votes].
         enabled: False makes the wrapper a pass-through [opd_enabled].
         max_next_state_chars: next-state text cap, head + tail [hint_max_next_state_chars].
@@ -90,7 +91,7 @@ class OPDConfig:
         for name in ("enabled", "async_scoring", "score_without_hint"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        for name, low in (("topk", 1), ("votes", 1), ("max_next_state_chars", 1),
+        for name, low in (("topk", 0), ("votes", 1), ("max_next_state_chars", 1),
                           ("judge_workers", 1), ("copy_min_words", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -81,7 +81,7 @@ def test_rollout_closes_the_agents_it_builds_and_checks_opd_options_first(tmp_pa
     summary = run_rollout(config, lambda env: ClosingAgent(tasks), progress=False)
     assert summary.episodes == 2 and len(closed) == 2  # one agent per worker, each closed
     bad = RolloutConfig(out_dir=str(tmp_path / "b"), episodes=1, sandbox="local",
-                        opd_options={"topk": 0})
-    with pytest.raises(ConfigError, match="topk must be an integer >= 1"):
+                        opd_options={"topk": -1})
+    with pytest.raises(ConfigError, match="topk must be an integer >= 0"):
         run_rollout(bad, lambda env: ClosingAgent(tasks), progress=False)
     assert not (tmp_path / "b" / "trajectories.jsonl").exists()  # refused before any work

@@ -18,9 +18,9 @@ from opd_gym.opd.wrapper import OPDWrapper
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"topk": 0}, "topk must be an integer >= 1, got 0"),
-        ({"topk": 2.5}, "topk must be an integer >= 1"),
-        ({"topk": True}, "topk must be an integer >= 1"),
+        ({"topk": -1}, "topk must be an integer >= 0, got -1"),
+        ({"topk": 2.5}, "topk must be an integer >= 0"),
+        ({"topk": True}, "topk must be an integer >= 0"),
         ({"votes": 0}, "votes must be an integer >= 1"),
         ({"max_next_state_chars": 0}, "max_next_state_chars must be an integer >= 1"),
         ({"judge_workers": 0}, "judge_workers must be an integer >= 1"),
@@ -121,6 +121,7 @@ def test_wrapper_takes_kwargs_or_a_config_and_refuses_bad_ones_before_any_model(
     try:
         with pytest.raises(ConfigError, match="topk must be"):
             OPDWrapper(env, teacher="tiny", topk=-1)
+        assert OPDWrapper(env, topk=0).config.topk == 0  # sampled-token logprobs only
         with pytest.raises(ConfigError, match=r"unknown OPD option\(s\) \['bogus'\]"):
             OPDWrapper(env, bogus=1)
         base = OPDConfig(topk=7, hint_scope="episode")
