@@ -42,17 +42,21 @@ def next_state_text(turn: Turn, limit: int = 4000) -> str:
 
 @dataclass(frozen=True)
 class TurnSample:
-    """Everything needed to judge and score one assistant turn, detached from the env."""
+    """A played (frozen) turn plus what judging and scoring it needs beyond the turn itself:
+    the context it was sampled in (template-ready), the tools, the judge's view and the
+    next-state text. Detached from the env: safe in background threads."""
 
-    index: int
+    turn: Turn
     context: tuple[Mapping[str, Any], ...]
     tools: tuple[Mapping[str, Any], ...]
-    text: str
-    token_ids: tuple[int, ...] | None
-    logprobs: tuple[float, ...] | None
-    prompt_ids: tuple[int, ...] | None
     judge_input: JudgeInput
     next_state: str
+
+    index = property(lambda self: self.turn.index)
+    text = property(lambda self: self.turn.text)
+    token_ids = property(lambda self: self.turn.token_ids)
+    logprobs = property(lambda self: self.turn.logprobs)
+    prompt_ids = property(lambda self: self.turn.prompt_ids)
 
 
 def sample_turn(
@@ -80,13 +84,9 @@ def sample_turn(
         grade=turn.grade.to_dict() if turn.grade is not None else None,
     )
     return TurnSample(
-        index=turn.index,
+        turn=turn,
         context=context,
         tools=tuple(tools),
-        text=turn.text,
-        token_ids=tuple(turn.token_ids) if turn.token_ids is not None else None,
-        logprobs=tuple(turn.logprobs) if turn.logprobs is not None else None,
-        prompt_ids=tuple(turn.prompt_ids) if turn.prompt_ids is not None else None,
         judge_input=judge_input,
         next_state=next_state_text(turn, max_next_state_chars),
     )
