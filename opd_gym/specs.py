@@ -142,15 +142,18 @@ def tokenizer(spec: Any) -> Any:
 
 # -- teachers --------------------------------------------------------------------------------
 TEACHER_OPTIONS_APPLY = ("tiny", "smollm2", "auto", "hf", "vllm-engine")
+MODEL_OPTIONS = ("dtype", "device", "max_model_len")  # how a model is loaded, not served
 
 
 def check_teacher_options(spec: Any, options: Mapping[str, Any]) -> None:
-    """Model options (dtype, device, max_model_len) apply where the model is loaded here."""
-    if not options or not isinstance(spec, str):
+    """Model options (dtype, device, max_model_len) apply where the model is loaded here;
+    client options of a vllm: teacher (max_in_flight, timeout, ...) pass."""
+    model_options = [name for name in options if name in MODEL_OPTIONS]
+    if not model_options or not isinstance(spec, str):
         return
     scheme = parse("teacher", spec).scheme
     if scheme not in TEACHER_OPTIONS_APPLY:
-        name = next(iter(options))
+        name = model_options[0]
         raise ConfigError(f"the teacher option {name!r} applies to hf: and vllm-engine: "
                           f"teachers; a {scheme}: server sets it when it is started")
 

@@ -62,6 +62,7 @@ def test_teachers_from_specs_mappings_and_objects(tiny_model_path):
         specs.make_teacher(teacher, dtype="float32")
     with pytest.raises(ConfigError, match="a vllm: server sets it"):
         specs.make_teacher("vllm:http://127.0.0.1:9", dtype="float32")
+    specs.check_teacher_options("vllm:http://127.0.0.1:9", {"max_in_flight": 2})  # client
 
 
 def test_the_tiny_name_is_the_locally_built_model(tiny_model_path):
