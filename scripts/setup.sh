@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${OPD_GYM_VENV:-.venv}
-EXTRAS=${OPD_GYM_EXTRAS:-test,hf,llm,datasets,vllm,sb3,trl}
+EXTRAS=${OPD_GYM_EXTRAS:-test,hf,llm,datasets,vllm,sb3,ray,trl}
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -1,0 +1,114 @@
+"""Rollouts on a real local two-node Ray cluster: parity with the local runner, worker and
+teacher faults (actors killed for real: `ray.kill` and SIGKILL of the worker's process)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from opd_gym.agents.policies import make_agent_factory
+from opd_gym.distributed import RayOptions, RayRollout, run_ray_rollout
+from opd_gym.opd.record import OPDRecord, SkipReason
+from opd_gym.rollout import RolloutConfig, run_rollout
+from opd_gym.runs import RunDirectory
+from opd_gym.tasks import load_suite
+
+pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+
+TASKS = ["fizzbuzz", "flatten"]
+
+
+def _config(out, episodes: int, sandbox: str = "local", **kw) -> RolloutConfig:
+    return RolloutConfig(out_dir=str(out), episodes=episodes, task_ids=TASKS, sandbox=sandbox,
+                         max_turns=6, opd_options={"topk": 2}, **kw)
+
+
+def _essence(row) -> tuple:
+    """What must not depend on where an episode ran (no timings)."""
+    return (row.episode, row.task_id, row.seed, row.finished, row.rewards, row.passed,
+            [t["text"] for t in row.turns],
+            [(r["turn_index"], r["hint"], r["token_ids"], r["mask"]) for r in row.opd_dicts])
+
+
+def test_same_episodes_as_the_local_runner(ray_cluster, tmp_path):
+    agent = make_agent_factory("demo", load_suite())
+    local = run_rollout(_config(tmp_path / "local", 4), agent, teacher="tiny", judge="rule",
+                        progress=False)
+    distributed = run_ray_rollout(
+        _config(tmp_path / "ray", 4), agent, teacher="tiny", judge="rule", progress=False,
+        options=RayOptions(workers=2, episodes_per_worker=2),
+    )
+    assert local.episodes == distributed.episodes == 4 and not distributed.failures
+    rows = {r.episode: _essence(r) for r in RunDirectory(tmp_path / "local").rows()}
+    ray_rows = {r.episode: _essence(r) for r in RunDirectory(tmp_path / "ray").rows()}
+    assert ray_rows == rows
+    assert distributed.hint_rate == local.hint_rate and distributed.passed == local.passed
+    summary = RunDirectory(tmp_path / "ray").read_summary()
+    assert summary["episodes"] == 4 and summary["config"]["ray"]["workers"] == 2
+
+
+def _containers_of(pids: set[int]) -> list[str]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return [c.name for pid in pids for c in client.containers.list(
+            all=True, filters={"label": f"opd_gym.owner.pid={pid}"})]
+    finally:
+        client.close()
+
+
+@pytest.mark.docker
+def test_killed_workers_lose_no_episode(ray_cluster, tmp_path):
+    """ray.kill one worker and SIGKILL the other mid-run: every episode exactly once."""
+    import ray
+
+    config = _config(tmp_path / "run", 6, sandbox="docker")
+    options = RayOptions(workers=2, episodes_per_worker=2, max_restarts=2)
+    with RayRollout(config, make_agent_factory("demo", load_suite()), teacher="tiny",
+                    judge="rule", options=options) as rollout:
+        infos = rollout.worker_info()
+        assert len({i["node_id"] for i in infos}) == 2  # spread over both nodes
+        pids = {i["pid"] for i in infos}
+        kills: list[str] = []
+
+        def kill(row, metrics) -> None:
+            if not kills:  # first finished episode: ray.kill (Ray restarts the actor)
+                ray.kill(rollout.workers[0].handle, no_restart=False)
+                kills.append("ray.kill")
+            elif len(kills) == 1:  # second: SIGKILL the other worker's process
+                os.kill(infos[1]["pid"], signal.SIGKILL)
+                kills.append("SIGKILL")
+
+        summary = rollout.record(on_episode=kill, progress=False)
+        assert kills == ["ray.kill", "SIGKILL"]
+        assert rollout.stats.worker_deaths == 2 and rollout.stats.requeued >= 1
+        restarted = {i["pid"] for i in rollout.worker_info()}
+        assert not restarted & pids  # both are new processes
+    rows = list(RunDirectory(tmp_path / "run").rows())
+    assert sorted(r.episode for r in rows) == list(range(6))  # each exactly once
+    assert all(r.finished for r in rows) and summary.episodes == 6 and not summary.failures
+    deadline = time.monotonic() + 30
+    while _containers_of(pids | restarted) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _containers_of(pids | restarted) == []
+
+
+def test_dead_teacher_leaves_turns_unscored_with_a_reason(ray_cluster, tmp_path):
+    import ray
+
+    options = RayOptions(workers=1, episodes_per_worker=1, teacher_timeout=60)
+    with RayRollout(_config(tmp_path / "run", 1), make_agent_factory("demo", load_suite()),
+                    teacher="tiny", judge="rule", options=options) as rollout:
+        ray.kill(rollout.teacher_actor, no_restart=True)
+        started = time.monotonic()
+        results = list(rollout.play([0]))
+        assert time.monotonic() - started < 60  # no hang
+    assert len(results) == 1 and results[0].ok
+    records = [OPDRecord.from_dict(r) for r in results[0].row.opd_dicts]
+    assert records and all(not r.scored for r in records)
+    assert all(r.skip_reason == SkipReason.TEACHER_ERROR for r in records)
+    assert all("teacher actor died" in r.error for r in records)
