@@ -195,7 +195,16 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     restore = _apply_tool_format(args)
     try:
-        summary = run_rollout(config, make_agent, on_episode=log, progress=not args.quiet)
+        if args.ray is not None:  # Ray: the same run directory, resume and summary
+            from opd_gym.distributed import RayOptions, run_ray_rollout
+
+            summary = run_ray_rollout(
+                config, make_agent, on_episode=log, progress=not args.quiet,
+                options=RayOptions(address=None if args.ray == "local" else args.ray,
+                                   workers=args.workers,
+                                   episodes_per_worker=args.episodes_per_worker))
+        else:
+            summary = run_rollout(config, make_agent, on_episode=log, progress=not args.quiet)
     except FileExistsError as exc:  # a finished run in --out without --resume
         raise UserError(str(exc)) from None
     finally:
@@ -433,6 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "pass per episode with every hint in place (records at its end)")
     roll.add_argument("--no-opd", action="store_true", help="skip judging and teacher scoring")
     roll.add_argument("--parallel", type=int, default=2)
+    roll.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                      help="play on Ray: 'auto', a cluster address, or (no value) a local "
+                      "cluster started here (extra 'ray'; see docs/ray.md)")
+    roll.add_argument("--workers", type=int, default=2, help="Ray worker actors (with --ray)")
+    roll.add_argument("--episodes-per-worker", type=int, default=2,
+                      help="episodes in flight per Ray worker (with --ray)")
     roll.add_argument("--seed", type=int, default=0,
                       help="episode i uses seed+i (env and the policy's sampling)")
     roll.add_argument("--max-new-tokens", type=int, help="policy: tokens sampled per turn")
