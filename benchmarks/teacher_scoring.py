@@ -319,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     args = parser.parse_args(argv)
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    # Worker threads (the parallel episodes) take their OpenMP team size from the environment.
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     if not args.device.startswith("cuda"):

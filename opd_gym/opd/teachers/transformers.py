@@ -205,7 +205,8 @@ class TransformersTeacher:
             self._decomposed = self._check_decomposed()
         if self.reuse_cache:
             # Lexicographic order puts each request next to the one sharing most of its prefix;
-            # it waits a wave when that request (not the pool) holds the longer prefix.
+            # it waits a wave for that request (the next turn of the same episode, say) when
+            # the prefix it leaves in the pool is longer than what the pool has now.
             live.sort(key=lambda s: s.req.ids)
             for prev, cur in zip(live, live[1:], strict=False):
                 _, from_pool = self.cache_pool.best(cur.ids, cur.first_row)

@@ -229,3 +229,26 @@ def test_bad_options_and_candidates_give_clear_errors(tiny_model, tiny_tokenizer
     with pytest.raises(ModelError, match="unsupported by this backend"):
         reject_candidates([ScoreRequest([1, 2, 3], [(1, 3)], [np.ones((2, 1), np.int64)])], "x")
     reject_candidates([ScoreRequest([1, 2, 3], [(1, 3)], [None])], "x")  # nothing asked: fine
+
+
+def test_shared_prefix_requests_in_one_call_then_next_turns(tiny_model, tiny_tokenizer):
+    gen = torch.Generator().manual_seed(13)
+    system = torch.randint(20, 2000, (20,), generator=gen).tolist()
+    tails = [torch.randint(20, 2000, (60,), generator=gen).tolist() for _ in range(4)]
+    firsts = [ScoreRequest(system + t, [(len(system) + 40, len(system) + 60)]) for t in tails]
+    want = _reference(tiny_model, tiny_tokenizer, firsts)
+    teacher = _teacher(tiny_model, tiny_tokenizer)
+    _assert_same(teacher.score(firsts, 5), want)
+    # The common prefix is reused (waves), not re-run for each of the four.
+    assert teacher.tokens_processed == 20 + 4 * (80 - 1 - 20)
+    passes = teacher.forward_passes
+    # The next turns extend each first turn's cache: one more pass, only their new rows.
+    nexts = [ScoreRequest(list(r.ids) + t[:10], [(len(r.ids) + 2, len(r.ids) + 10)])
+             for r, t in zip(firsts, tails, strict=True)]
+    before = teacher.tokens_processed
+    _assert_same(teacher.score(nexts, 5), _reference(tiny_model, tiny_tokenizer, nexts))
+    assert teacher.forward_passes == passes + 1
+    # Known limit: each first turn extended (and so consumed) its predecessor's cache, so only
+    # the last one is still pooled: the continuations reuse less than their own turn, but
+    # still fewer rows than a full re-prefill; the scores are the same either way.
+    assert teacher.tokens_processed - before < 4 * (90 - 1)
