@@ -26,6 +26,8 @@ _LAZY = {
     "OPDWrapper": "opd_gym.opd.wrapper",
     "OPDConfig": "opd_gym.opd.config",
     "ModelClient": "opd_gym.models.client",
+    "EpisodeRow": "opd_gym.runs",
+    "RunDirectory": "opd_gym.runs",
 }
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "OPDGymError",
     "ENV_IDS",
     "CodingEnv",
+    "EpisodeRow",
     "GradeReport",
     "Grader",
     "ModelClient",
@@ -43,6 +46,7 @@ __all__ = [
     "OPDConfig",
     "OPDWrapper",
     "RewardWeights",
+    "RunDirectory",
     "Task",
     "TokenText",
     "TrajectoryRecorder",
