@@ -3,7 +3,8 @@
 `BatchScheduler.submit(items)` blocks until `run(items...)` has produced its results. The first
 caller that finds no batch running becomes the leader: it waits up to `window_s` for other
 threads' submissions (only while more than one thread is submitting, so a lone caller never
-waits) or until `max_tokens` worth of work is queued, runs everything collected as one call of
+waits, and only until every recently active thread has submitted) or until `max_tokens`
+worth of work is queued, runs everything collected as one call of
 `run`, hands each caller its results and steps down; the next queued caller leads the next
 batch. No background thread, so nothing to start or stop. `enabled=False` runs each
 submission on its own (still one at a time).
@@ -104,7 +105,8 @@ class BatchScheduler(Generic[T, R]):
             return [self._pending.pop(0)]
         if len(self._seen) > 1 and self.window_s > 0:
             deadline = time.monotonic() + self.window_s
-            while sum(j.tokens for j in self._pending) < self.max_tokens:
+            while sum(j.tokens for j in self._pending) < self.max_tokens \
+                    and len(self._pending) < len(self._seen):  # all active threads are in
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
