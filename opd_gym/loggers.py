@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from opd_gym.errors import ConfigError
+
 LOGGERS = ("jsonl", "wandb", "tensorboard")
 
 
@@ -79,4 +81,4 @@ def make_logger(kind: str, out_dir: Path, config: dict | None = None) -> Metrics
             f"--log {kind} needs the '{package}' package: pip install {package} "
             "(or use --log jsonl, which needs nothing)"
         ) from exc
-    raise ValueError(f"unknown logger {kind!r}: use one of {', '.join(LOGGERS)}")
+    raise ConfigError(f"unknown logger {kind!r}: use one of {', '.join(LOGGERS)}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 
+from opd_gym.errors import ConfigError
 from opd_gym.grading import GradeReport
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.schemas import FILE_WRITING_TOOLS, SUBMIT, TERMINAL
@@ -46,10 +47,10 @@ class RewardWeights:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ValueError(f"unknown reward weight(s) {unknown}; known: {sorted(known)}")
+            raise ConfigError(f"unknown reward weight(s) {unknown}; known: {sorted(known)}")
         weights = cls(**{k: float(v) for k, v in value.items()})
         if min(asdict(weights).values()) < 0:
-            raise ValueError(f"reward weights must be >= 0, got {asdict(weights)}")
+            raise ConfigError(f"reward weights must be >= 0, got {asdict(weights)}")
         return weights
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
+from opd_gym.errors import ConfigError
+
 # Characters `sample()` draws from: printable ASCII, whitespace and a spread of non-ASCII text.
 SAMPLE_ALPHABET = (
     "".join(chr(c) for c in range(0x20, 0x7F))
@@ -35,7 +37,7 @@ class UnicodeText(Space[str]):
         seed: int | np.random.Generator | None = None,
     ) -> None:
         if min_length < 0 or max_length < min_length:
-            raise ValueError(f"need 0 <= min_length <= max_length, got {min_length}, {max_length}")
+            raise ConfigError(f"need 0 <= min_length <= max_length, got {min_length}, {max_length}")
         self.min_length = int(min_length)
         self.max_length = int(max_length)
         self.sample_max_length = max(int(sample_max_length), self.min_length)

@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from opd_gym.errors import ConfigError
+
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 DEFAULTS = (None, "auto", "checkpoint")
 _ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
@@ -39,7 +41,7 @@ def normalize_dtype(dtype: str) -> str:
     """A canonical dtype name ("float32", "bfloat16", "float16", "float64")."""
     name = _ALIASES.get(dtype, dtype)
     if name not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES} or 'auto' (the checkpoint's), "
+        raise ConfigError(f"dtype must be one of {DTYPES} or 'auto' (the checkpoint's), "
                          f"got {dtype!r}")
     return name
 

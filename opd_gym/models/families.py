@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import ConfigError
 from opd_gym.models.template import CHAT_TEMPLATE
 
 QWEN3_TEMPLATE = (
@@ -188,14 +189,14 @@ PROBE_TURNS = (
 def family_tokenizer_dir(model_dir: str | Path, family: str, out_dir: str | Path) -> Path:
     """Write the tiny tokenizer of `model_dir` with `family`'s template into `out_dir`."""
     if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
+        raise ConfigError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
     template, tokens, eos, bos = FAMILIES[family]
     src, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     reserved = [t for t in data["added_tokens"] if t["content"].startswith("<|reserved_")]
     if len(reserved) < len(tokens):
-        raise ValueError(f"the tokenizer has {len(reserved)} reserved ids, {family} needs "
+        raise ConfigError(f"the tokenizer has {len(reserved)} reserved ids, {family} needs "
                          f"{len(tokens)}")
     for entry, token in zip(reserved, tokens, strict=False):
         entry["content"] = token

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from opd_gym.errors import ConfigError
 from opd_gym.models.corpus import default_corpus
 from opd_gym.models.template import (
     CHAT_TEMPLATE,
@@ -94,13 +95,13 @@ def build_tiny_model(
     attention rejects 16; 64 is known to work).
     """
     if hidden_size % num_heads:
-        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+        raise ConfigError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
     head_dim = hidden_size // num_heads
     if head_dim < 32 or head_dim % 8:
-        raise ValueError(f"head_dim {head_dim} unsupported: use a multiple of 8, at least 32 (64)")
+        raise ConfigError(f"head_dim {head_dim} unsupported: use a multiple of 8, at least 32 (64)")
     min_vocab = 256 + len(CONTROL_TOKENS) + len(MARKUP_TOKENS)
     if vocab_size < min_vocab:
-        raise ValueError(f"vocab_size {vocab_size} too small: need at least {min_vocab}")
+        raise ConfigError(f"vocab_size {vocab_size} too small: need at least {min_vocab}")
     text = default_corpus() if corpus is None else corpus
     params = build_params(
         seed=seed,

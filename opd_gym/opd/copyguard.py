@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.errors import ConfigError
+
 WORD_RE = re.compile(r"\w+", re.UNICODE)
 COPY_GUARDS = ("mask", "keep")
 
@@ -39,7 +41,7 @@ def token_spans(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[tuple[int
 def copied_ranges(response: str, hint: str, min_words: int = 4) -> list[tuple[int, int]]:
     """Character ranges of `response` that reproduce `min_words` consecutive words of `hint`."""
     if min_words < 1:
-        raise ValueError("min_words must be >= 1")
+        raise ConfigError("min_words must be >= 1")
     hint_words = [w for w, _, _ in _words(hint)]
     grams = {
         tuple(hint_words[i:i + min_words]) for i in range(len(hint_words) - min_words + 1)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from opd_gym.errors import ConfigError
 from opd_gym.opd.chat import (
     BREAKS,
     PLACEMENTS,
@@ -66,20 +67,20 @@ class Scorer:
         on_history_rewrite: str = "split",
     ) -> None:
         if scope not in SCOPES:
-            raise ValueError(f"hint scope must be one of {SCOPES}, got {scope!r}")
+            raise ConfigError(f"hint scope must be one of {SCOPES}, got {scope!r}")
         if placement not in PLACEMENTS:
-            raise ValueError(f"hint placement must be one of {PLACEMENTS}, got {placement!r}")
+            raise ConfigError(f"hint placement must be one of {PLACEMENTS}, got {placement!r}")
         if scope == "episode" and placement != "before_turn":
-            raise ValueError(
+            raise ConfigError(
                 "the episode hint scope places each hint before its turn; "
                 "use placement='before_turn'"
             )
         if copy_guard not in COPY_GUARDS:
-            raise ValueError(f"copy_guard must be one of {COPY_GUARDS}, got {copy_guard!r}")
+            raise ConfigError(f"copy_guard must be one of {COPY_GUARDS}, got {copy_guard!r}")
         if copy_min_words < 1:
-            raise ValueError("copy_min_words must be >= 1")
+            raise ConfigError("copy_min_words must be >= 1")
         if on_history_rewrite not in BREAKS:
-            raise ValueError(f"on_history_rewrite must be one of {BREAKS}, "
+            raise ConfigError(f"on_history_rewrite must be one of {BREAKS}, "
                              f"got {on_history_rewrite!r}")
         self.on_history_rewrite = on_history_rewrite
         self.copy_guard = copy_guard

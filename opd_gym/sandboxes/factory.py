@@ -6,6 +6,7 @@ import shutil
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from opd_gym.errors import ConfigError
 from opd_gym.sandboxes.base import Sandbox, SandboxUnavailable
 from opd_gym.sandboxes.pool import SandboxPool
 
@@ -24,7 +25,7 @@ def resolve_backend(spec: str | Mapping[str, Any] = "auto") -> str:
     name, _ = _split(spec)
     if name != "auto":
         if name not in BACKENDS:
-            raise ValueError(f"unknown sandbox backend {name!r}; choose one of {BACKENDS} or auto")
+            raise ConfigError(f"unknown sandbox backend {name!r}; choose one of {BACKENDS} or auto")
         return name
     try:
         from opd_gym.sandboxes.docker import DockerConfig, DockerEngine

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from opd_gym.errors import ConfigError
 from opd_gym.resources import data_path
 from opd_gym.sandboxes.base import SandboxUnavailable
 
@@ -105,7 +106,7 @@ def build_image(
         log(f"sandbox image {image} already present")
         return "present"
     if method not in {"auto", "dockerfile", "offline"}:
-        raise ValueError(f"unknown build method {method!r}: use auto, dockerfile or offline")
+        raise ConfigError(f"unknown build method {method!r}: use auto, dockerfile or offline")
     if method == "dockerfile" or (method == "auto" and _can_pull(engine, BASE_IMAGE)):
         log(f"building {image} from sandbox/Dockerfile ({BASE_IMAGE})")
         _build_dockerfile(engine, image)

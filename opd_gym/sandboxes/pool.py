@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from opd_gym.errors import ConfigError
 from opd_gym.sandboxes.base import Sandbox, SandboxError, SandboxTimeout
 
 
@@ -23,7 +24,7 @@ class SandboxPool:
         acquire_timeout: float = 120.0,
     ) -> None:
         if size < 0:
-            raise ValueError("pool size must be >= 0")
+            raise ConfigError("pool size must be >= 0")
         self.factory = factory
         self.size = size
         self.acquire_timeout = acquire_timeout

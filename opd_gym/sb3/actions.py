@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from opd_gym.errors import ConfigError
 from opd_gym.tools import format_tool_call
 
 #: One candidate: model text, one call `{"name", "arguments"}` or `(name, arguments)`, a list
@@ -47,7 +48,7 @@ def candidate_text(candidate: Candidate) -> str | None:
     if isinstance(candidate, Sequence):
         texts = [candidate_text(part) for part in candidate]
         if not texts or any(text is None for text in texts):
-            raise ValueError("a list of calls must be non-empty and hold no empty slot")
+            raise ConfigError("a list of calls must be non-empty and hold no empty slot")
         return "\n".join(t for t in texts if t is not None)
     raise TypeError(f"unsupported candidate {type(candidate).__name__}")
 
@@ -73,7 +74,7 @@ class DiscreteToolCalls(gym.ActionWrapper[str, np.int64, Any]):
         super().__init__(env)
         if callable(candidates):
             if k is None:
-                raise ValueError("give k (the number of slots) with a candidate callable")
+                raise ConfigError("give k (the number of slots) with a candidate callable")
             self._fn: CandidateFn | None = candidates
             fixed: list[str | None] = []
         else:
@@ -81,7 +82,7 @@ class DiscreteToolCalls(gym.ActionWrapper[str, np.int64, Any]):
             fixed = [candidate_text(c) for c in candidates]
             k = len(fixed) if k is None else k
         if k < 1:
-            raise ValueError("need at least one candidate slot")
+            raise ConfigError("need at least one candidate slot")
         self.k = k
         self.action_space = spaces.Discrete(k)
         self.candidates_in_info = candidates_in_info
@@ -92,7 +93,7 @@ class DiscreteToolCalls(gym.ActionWrapper[str, np.int64, Any]):
 
     def _fill(self, texts: Sequence[str | None]) -> list[str | None]:
         if len(texts) > self.k:
-            raise ValueError(f"{len(texts)} candidates for {self.k} slots")
+            raise ConfigError(f"{len(texts)} candidates for {self.k} slots")
         return list(texts) + [None] * (self.k - len(texts))
 
     def _refresh(self, observation: Any, info: dict[str, Any]) -> None:
@@ -118,7 +119,7 @@ class DiscreteToolCalls(gym.ActionWrapper[str, np.int64, Any]):
         """The text of slot `action` (`EMPTY_SLOT` when that slot is empty)."""
         index = int(np.asarray(action).reshape(()))
         if not 0 <= index < self.k:
-            raise ValueError(f"action {index} outside Discrete({self.k})")
+            raise ConfigError(f"action {index} outside Discrete({self.k})")
         text = self._slots[index]
         return EMPTY_SLOT if text is None else text
 

@@ -7,6 +7,8 @@ import torch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from opd_gym.errors import ConfigError
+
 
 class TokenEmbeddingExtractor(BaseFeaturesExtractor):
     """Features for `TokenIdObservation`'s Dict space: per `<name>_ids`/`<name>_mask` pair, a
@@ -21,7 +23,7 @@ class TokenEmbeddingExtractor(BaseFeaturesExtractor):
         pairs = [(key, key[: -len("_ids")] + "_mask") for key in space if key.endswith("_ids")]
         pairs = [(ids, mask) for ids, mask in pairs if mask in space]
         if not pairs:
-            raise ValueError("no '<name>_ids' key with a matching '<name>_mask' key")
+            raise ConfigError("no '<name>_ids' key with a matching '<name>_mask' key")
         paired = {key for pair in pairs for key in pair}
         others = [key for key in space if key not in paired]
         other_dim = sum(int(gym.spaces.flatdim(space[key])) for key in others)

@@ -10,6 +10,7 @@ import gymnasium as gym
 from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
+from opd_gym.errors import ConfigError
 from opd_gym.sb3.actions import Candidate, CandidateFn, DiscreteToolCalls
 from opd_gym.sb3.observations import HashedTextObservation, TokenIdObservation
 
@@ -29,7 +30,7 @@ def make_env(
     from opd_gym.env import CodingEnv
 
     if observation not in OBSERVATIONS:
-        raise ValueError(f"observation must be one of {OBSERVATIONS}")
+        raise ConfigError(f"observation must be one of {OBSERVATIONS}")
     env: gym.Env[Any, Any] = DiscreteToolCalls(CodingEnv(**env_kwargs), candidates, k=k)
     kwargs = dict(observation_kwargs or {})
     if observation == "tokens":

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.errors import ConfigError
+
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|xfailed|xpassed)\b")
 
@@ -39,7 +41,7 @@ class HashedNgrams:
     ) -> None:
         lo, hi = ngram_range
         if n_features < 1 or lo < 1 or hi < lo:
-            raise ValueError("need n_features >= 1 and 1 <= ngram_range[0] <= ngram_range[1]")
+            raise ConfigError("need n_features >= 1 and 1 <= ngram_range[0] <= ngram_range[1]")
         self.n_features = n_features
         self.ngram_range = (lo, hi)
         self.lowercase = lowercase
@@ -88,7 +90,7 @@ def as_tokenizer(
         raise TypeError("tokenizer must be None, a callable str -> ids, or have .encode()")
     size = vocab_size or getattr(tokenizer, "vocab_size", None)
     if not isinstance(size, int) or size < 2:
-        raise ValueError("give vocab_size (> 1) with a tokenizer callable")
+        raise ConfigError("give vocab_size (> 1) with a tokenizer callable")
     return tokenizer, size
 
 
@@ -97,7 +99,7 @@ def pad_ids(
 ) -> tuple[np.ndarray, np.ndarray]:
     """`ids` cut to `max_length` (keeping the start or the end) and padded with 0, and the mask."""
     if keep not in ("start", "end"):
-        raise ValueError("keep must be 'start' or 'end'")
+        raise ConfigError("keep must be 'start' or 'end'")
     ids = list(ids)
     if len(ids) > max_length:
         ids = ids[:max_length] if keep == "start" else ids[-max_length:]
@@ -106,7 +108,7 @@ def pad_ids(
     if ids:
         arr = np.asarray(ids, dtype=np.int64)
         if arr.min() < 0 or arr.max() >= vocab_size:
-            raise ValueError(f"token id outside [0, {vocab_size}) from the tokenizer")
+            raise ConfigError(f"token id outside [0, {vocab_size}) from the tokenizer")
         out[: len(arr)] = arr
         mask[: len(arr)] = 1.0
     return out, mask

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from opd_gym.errors import ConfigError
 from opd_gym.sb3.features import (
     NUMERIC_FEATURES,
     EpisodeTracker,
@@ -124,7 +125,7 @@ class TokenIdObservation(_TextFeatures):
     ) -> None:
         super().__init__(env)
         if max_length < 1 or prompt_length < 0:
-            raise ValueError("max_length must be >= 1 and prompt_length >= 0")
+            raise ConfigError("max_length must be >= 1 and prompt_length >= 0")
         self.encode, self.vocab_size = as_tokenizer(tokenizer, vocab_size)
         self.max_length, self.keep, self.prompt_length = max_length, keep, prompt_length
         pad_ids([], 1, self.vocab_size, keep)  # validates `keep` now, not at the first reset

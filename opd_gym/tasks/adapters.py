@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from opd_gym.errors import DatasetError
 from opd_gym.tasks.model import Task
 
 DEFAULT_CASE_TIMEOUT = 10.0
@@ -116,13 +117,13 @@ def _doc(text: str) -> str:
 def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = str) -> Any:
     """Fetch a required field and check its type (non-empty for strings and lists)."""
     if name not in row or row[name] is None:
-        raise ValueError(f"field {name!r} is missing")
+        raise DatasetError(f"field {name!r} is missing")
     value = row[name]
     if not isinstance(value, kind) or isinstance(value, bool):
         wanted = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
-        raise ValueError(f"field {name!r} is a {type(value).__name__}, expected {wanted}")
+        raise DatasetError(f"field {name!r} is a {type(value).__name__}, expected {wanted}")
     if isinstance(value, str | list | dict) and not value:
-        raise ValueError(f"field {name!r} is empty")
+        raise DatasetError(f"field {name!r} is empty")
     return value
 
 
@@ -131,7 +132,7 @@ def _parse(source: str, name: str) -> ast.Module:
         return ast.parse(source)
     except SyntaxError as exc:
         message = f"field {name!r} is not valid Python: {exc.msg} (line {exc.lineno})"
-        raise ValueError(message) from exc
+        raise DatasetError(message) from exc
 
 
 def from_humaneval(row: Mapping[str, Any]) -> Task:
@@ -140,11 +141,11 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
     prompt, body = _field(row, "prompt"), _field(row, "canonical_solution")
     test, entry = _field(row, "test"), _field(row, "entry_point")
     if not entry.isidentifier():
-        raise ValueError(f"field 'entry_point' is not a Python identifier: {entry!r}")
+        raise DatasetError(f"field 'entry_point' is not a Python identifier: {entry!r}")
     if f"def {entry}(" not in prompt:
-        raise ValueError(f"field 'prompt' does not define the entry point {entry!r}")
+        raise DatasetError(f"field 'prompt' does not define the entry point {entry!r}")
     if "def check(" not in test:
-        raise ValueError("field 'test' does not define check(candidate)")
+        raise DatasetError("field 'test' does not define check(candidate)")
     _parse(prompt + body, "canonical_solution")
     _parse(test, "test")
     tests = _HUMANEVAL_TEST.format(
@@ -193,14 +194,14 @@ def from_mbpp(row: Mapping[str, Any]) -> Task:
     code = _field(row, "code")
     asserts = _field(row, "test_list", list)
     if not all(isinstance(a, str) and a.strip() for a in asserts):
-        raise ValueError("field 'test_list' must be a list of assert statements")
+        raise DatasetError("field 'test_list' must be a list of assert statements")
     names = _called_names(asserts, _parse(code, "code"))
     if not names:
-        raise ValueError("field 'test_list': no assert uses a function defined in field 'code'")
+        raise DatasetError("field 'test_list': no assert uses a function defined in field 'code'")
     imports = list(row.get("test_imports") or [])
     setup = row.get("test_setup_code") or ""
     if not isinstance(setup, str) or not all(isinstance(i, str) for i in imports):
-        raise ValueError("fields 'test_setup_code'/'test_imports' must be text")
+        raise DatasetError("fields 'test_setup_code'/'test_imports' must be text")
     extra = [m for m in _stdlib_modules(asserts) if m not in names]
     imports += [f"import {m}" for m in extra if f"import {m}" not in imports]
     parts = [*imports, setup.strip(), f"from solution import {', '.join(names)}"]
@@ -225,7 +226,7 @@ def _as_text(value: Any, name: str) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return "\n".join(value)
     if not isinstance(value, str):
-        raise ValueError(f"field {name!r} must hold strings, got {type(value).__name__}")
+        raise DatasetError(f"field {name!r} must hold strings, got {type(value).__name__}")
     return value
 
 
@@ -249,9 +250,9 @@ def _json_field(row: Mapping[str, Any], name: str, kind: type) -> Any:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"field {name!r} is not valid JSON: {exc.msg}") from exc
+            raise DatasetError(f"field {name!r} is not valid JSON: {exc.msg}") from exc
     if not isinstance(value, kind):
-        raise ValueError(f"field {name!r} must be a JSON {kind.__name__}")
+        raise DatasetError(f"field {name!r} must be a JSON {kind.__name__}")
     return value
 
 
@@ -260,15 +261,15 @@ def from_apps(row: Mapping[str, Any], *, case_timeout: float = DEFAULT_CASE_TIME
     pid = _field(row, "problem_id", (int, str))
     question = _field(row, "question")
     if "input_output" not in row:
-        raise ValueError("field 'input_output' is missing")
+        raise DatasetError("field 'input_output' is missing")
     io = _json_field(row, "input_output", dict)
     if io.get("fn_name"):
-        raise ValueError("field 'input_output': call-based problems (fn_name) are not supported")
+        raise DatasetError("field 'input_output': call-based problems (fn_name) are not supported")
     inputs, outputs = io.get("inputs"), io.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list) or not inputs:
-        raise ValueError("field 'input_output' needs non-empty 'inputs' and 'outputs' lists")
+        raise DatasetError("field 'input_output' needs non-empty 'inputs' and 'outputs' lists")
     if len(inputs) != len(outputs):
-        raise ValueError(f"field 'input_output': {len(inputs)} inputs but {len(outputs)} outputs")
+        raise DatasetError(f"field 'input_output': {len(inputs)} inputs but {len(outputs)} outputs")
     pairs = zip(inputs, outputs, strict=True)
     cases = [(_as_text(i, "input_output"), _as_text(o, "input_output")) for i, o in pairs]
     solutions = _json_field(row, "solutions", list) if row.get("solutions") else []
@@ -286,10 +287,10 @@ def _cc_cases(row: Mapping[str, Any], groups: tuple[str, ...]) -> list[tuple[str
     for group in groups:
         block = row.get(group) or {}
         if not isinstance(block, Mapping):
-            raise ValueError(f"field {group!r} must be a mapping with 'input' and 'output' lists")
+            raise DatasetError(f"field {group!r} must be a mapping with 'input' and 'output' lists")
         inputs, outputs = block.get("input") or [], block.get("output") or []
         if len(inputs) != len(outputs):
-            raise ValueError(f"field {group!r}: {len(inputs)} inputs but {len(outputs)} outputs")
+            raise DatasetError(f"field {group!r}: {len(inputs)} inputs but {len(outputs)} outputs")
         pairs = zip(inputs, outputs, strict=True)
         cases += [(_as_text(i, group), _as_text(o, group)) for i, o in pairs]
     return cases
@@ -312,7 +313,7 @@ def from_code_contests(row: Mapping[str, Any], *, include_generated: bool = Fals
     groups = ("public_tests", "private_tests") + (("generated_tests",) if include_generated else ())
     cases = _cc_cases(row, groups)
     if not cases:
-        raise ValueError("fields 'public_tests'/'private_tests' hold no test cases")
+        raise DatasetError("fields 'public_tests'/'private_tests' hold no test cases")
     if case_timeout is None:
         limit = row.get("time_limit")
         limit = limit if isinstance(limit, Mapping) else {}

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from opd_gym.errors import DatasetError
 from opd_gym.tasks.adapters import ADAPTERS, ID_FIELDS
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.suite import available_suites, load_suite, load_suite_dir
@@ -32,11 +33,11 @@ def _files(row: Mapping[str, Any], name: str) -> dict[str, str]:
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
-        raise ValueError(f"field {name!r} must map file paths to text")
+        raise DatasetError(f"field {name!r} must map file paths to text")
     for path in value:
         parts = PurePosixPath(path).parts
         if not parts or path.startswith(("/", "\\")) or ".." in parts or ":" in parts[0]:
-            raise ValueError(f"field {name!r}: path {path!r} must stay inside the workspace")
+            raise DatasetError(f"field {name!r}: path {path!r} must stay inside the workspace")
     return dict(value)
 
 
@@ -44,22 +45,22 @@ def task_from_dict(row: Mapping[str, Any]) -> Task:
     """One row of our own task format -> Task, with a clear error naming the bad field."""
     for key in _REQUIRED:
         if key not in row or row[key] in (None, "", {}):
-            raise ValueError(f"field {key!r} is missing")
+            raise DatasetError(f"field {key!r} is missing")
     unknown = sorted(set(row) - set(_REQUIRED) - set(_OPTIONAL))
     if unknown:
-        raise ValueError(f"unknown field(s) {unknown}; allowed: {[*_REQUIRED, *_OPTIONAL]}")
+        raise DatasetError(f"unknown field(s) {unknown}; allowed: {[*_REQUIRED, *_OPTIONAL]}")
     for key in ("id", "prompt", "difficulty"):
         if key in row and not isinstance(row[key], str):
-            raise ValueError(f"field {key!r} must be a string")
+            raise DatasetError(f"field {key!r} must be a string")
     timeout = row.get("timeout", 60.0)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ValueError("field 'timeout' must be a positive number of seconds")
+        raise DatasetError("field 'timeout' must be a positive number of seconds")
     tags = row.get("tags") or []
     if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
-        raise ValueError("field 'tags' must be a list of strings")
+        raise DatasetError("field 'tags' must be a list of strings")
     metadata = row.get("metadata") or {}
     if not isinstance(metadata, Mapping):
-        raise ValueError("field 'metadata' must be a mapping")
+        raise DatasetError("field 'metadata' must be a mapping")
     return Task(
         id=row["id"], prompt=row["prompt"], files=_files(row, "files"),
         tests=_files(row, "tests"), solution=_files(row, "solution"), timeout=float(timeout),
@@ -99,7 +100,7 @@ def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
         return rows, None
     if schema not in (None, "auto"):
         if schema not in ADAPTERS:
-            raise ValueError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
+            raise DatasetError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
         return rows, schema
     iterator = iter(rows)
     first = next(iterator, None)
@@ -115,7 +116,7 @@ def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
             return rows, best
         fields = ", ".join(sorted(map(str, first))[:12]) or "none"
         where = f"{source}: " if source else ""
-        raise ValueError(
+        raise DatasetError(
             f"{where}row 0 matches no known schema (its fields: {fields}); the schemas are "
             f"{', '.join(SCHEMAS)}: pass one with schema=/--schema"
         )
@@ -144,13 +145,13 @@ def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid
                     label += f" (id {row[id_field]!r})"
                 task = convert(row)
             else:
-                raise ValueError(f"expected a mapping or Task, got {type(row).__name__}")
+                raise DatasetError(f"expected a mapping or Task, got {type(row).__name__}")
             if task.id in seen:
-                raise ValueError(f"duplicate task id {task.id!r}")
+                raise DatasetError(f"duplicate task id {task.id!r}")
         except (ValueError, TypeError) as exc:
             message = f"{label}: {exc}"
             if not skip_invalid:
-                raise ValueError(message) from exc
+                raise DatasetError(message) from exc
             out.skipped.append(message)
             continue
         seen.add(task.id)
@@ -185,11 +186,12 @@ def _file_rows(path: Path) -> Iterable[Any]:
     elif suffix == ".toml":
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     else:
-        raise ValueError(f"{path}: unsupported task file type {suffix!r} (jsonl, json, yaml, toml)")
+        raise DatasetError(
+            f"{path}: unsupported task file type {suffix!r} (jsonl, json, yaml, toml)")
     if isinstance(data, Mapping):
         data = data.get("tasks")
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a list of tasks (or a top-level 'tasks' list)")
+        raise DatasetError(f"{path}: expected a list of tasks (or a top-level 'tasks' list)")
     return data
 
 
@@ -209,7 +211,7 @@ def load_tasks(
         path = Path(source)
         if path.is_dir():
             if schema not in (None, "auto", "opd_gym"):
-                raise ValueError("schema applies to row files, not to suite folders")
+                raise DatasetError("schema applies to row files, not to suite folders")
             return convert_rows(load_suite_dir(path), source=str(path))
         if not path.is_file():
             raise FileNotFoundError(
@@ -229,7 +231,7 @@ def load_hf_dataset(
     Without `schema` it is detected from the first row.
     """
     if schema not in (None, "auto", "opd_gym") and schema not in ADAPTERS:
-        raise ValueError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
+        raise DatasetError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
     try:
         import datasets
     except ImportError as exc:

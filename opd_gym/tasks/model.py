@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from opd_gym.errors import DatasetError
+
 
 def _frozen(files: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(files or {}))
@@ -33,15 +35,15 @@ class Task:
 
     def __post_init__(self) -> None:
         if not self.id or not isinstance(self.id, str):
-            raise ValueError("task id must be a non-empty string")
+            raise DatasetError("task id must be a non-empty string")
         if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise ValueError(f"task {self.id!r}: prompt must be a non-empty string")
+            raise DatasetError(f"task {self.id!r}: prompt must be a non-empty string")
         if not self.tests:
-            raise ValueError(f"task {self.id!r}: at least one hidden test file is required")
+            raise DatasetError(f"task {self.id!r}: at least one hidden test file is required")
         for name in ("files", "tests", "solution"):
             value = getattr(self, name)
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-                raise ValueError(f"task {self.id!r}: {name} must map path strings to text")
+                raise DatasetError(f"task {self.id!r}: {name} must map path strings to text")
             object.__setattr__(self, name, _frozen(value))
         object.__setattr__(self, "tags", tuple(self.tags))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import DatasetError
 from opd_gym.resources import data_path
 from opd_gym.tasks.model import Task
 
@@ -35,9 +36,9 @@ def load_task_dir(path: str | Path) -> Task:
         spec = tomllib.load(fh)
     unknown = sorted(set(spec) - _TASK_KEYS)
     if unknown:
-        raise ValueError(f"{spec_file}: unknown key(s) {unknown}; allowed: {sorted(_TASK_KEYS)}")
+        raise DatasetError(f"{spec_file}: unknown key(s) {unknown}; allowed: {sorted(_TASK_KEYS)}")
     if "prompt" not in spec:
-        raise ValueError(f"{spec_file}: key 'prompt' is missing")
+        raise DatasetError(f"{spec_file}: key 'prompt' is missing")
     options: dict[str, Any] = {k: spec[k] for k in ("difficulty", "tags", "metadata") if k in spec}
     if "timeout" in spec:
         options["timeout"] = float(spec["timeout"])
@@ -62,7 +63,7 @@ def load_suite_dir(path: str | Path) -> list[Task]:
         path = path / "tasks"
     dirs = sorted(p for p in path.iterdir() if (p / TASK_FILE).is_file())
     if not dirs:
-        raise ValueError(f"{str(path)!r} holds no task folders (each needs a {TASK_FILE})")
+        raise DatasetError(f"{str(path)!r} holds no task folders (each needs a {TASK_FILE})")
     return [load_task_dir(p) for p in dirs]
 
 
@@ -78,7 +79,7 @@ def available_suites() -> list[str]:
 @functools.cache
 def _cached_suite(name: str) -> tuple[Task, ...]:
     if name not in available_suites():
-        raise ValueError(f"unknown built-in suite {name!r}; available: {available_suites()}")
+        raise DatasetError(f"unknown built-in suite {name!r}; available: {available_suites()}")
     return tuple(load_suite_dir(data_path("envs", name, "tasks")))
 
 

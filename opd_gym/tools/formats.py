@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from opd_gym.errors import ConfigError
 from opd_gym.tools import parsing
 from opd_gym.tools.parsing import (
     ParsedOutput,
@@ -622,10 +623,10 @@ def get_tool_format(spec: str | ToolFormat | Any | None = None) -> ToolFormat:
         if "{%" in spec or "{{" in spec:  # a chat template itself
             return FORMATS[detect_tool_format(spec) or DEFAULT_FORMAT]
         known = ", ".join(FORMATS)
-        raise ValueError(f"unknown tool_format {spec!r}; the formats are: {known}, or auto")
+        raise ConfigError(f"unknown tool_format {spec!r}; the formats are: {known}, or auto")
     if hasattr(spec, "chat_template"):
         return FORMATS[detect_tool_format(spec) or DEFAULT_FORMAT]
-    raise ValueError(f"tool_format must be a format name, a ToolFormat or a tokenizer, "
+    raise ConfigError(f"tool_format must be a format name, a ToolFormat or a tokenizer, "
                      f"not {type(spec).__name__}")
 
 

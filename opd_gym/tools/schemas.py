@@ -7,6 +7,8 @@ import json
 from collections.abc import Collection
 from typing import Any
 
+from opd_gym.errors import ConfigError
+
 TERMINAL, READ_FILE, WRITE_FILE, EDIT_FILE, SUBMIT = (
     "terminal", "read_file", "write_file", "edit_file", "submit",
 )
@@ -124,9 +126,9 @@ def check_tool_names(names: Collection[str]) -> tuple[str, ...]:
     """Validate a tool subset (it must include submit); returned in canonical order."""
     unknown = sorted(set(names) - set(TOOL_NAMES))
     if unknown:
-        raise ValueError(f"unknown tool(s) {unknown}; the tools are {list(TOOL_NAMES)}")
+        raise ConfigError(f"unknown tool(s) {unknown}; the tools are {list(TOOL_NAMES)}")
     if SUBMIT not in names:
-        raise ValueError("the tool set must include submit (it ends the episode)")
+        raise ConfigError("the tool set must include submit (it ends the episode)")
     return tuple(name for name in TOOL_NAMES if name in names)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-SCHEMA_VERSION = 1
+from opd_gym.runs.schema import SCHEMA_VERSION  # the one version, owned by opd_gym.runs
 
 
 class TrajectoryRecorder(gym.Wrapper):
