@@ -9,6 +9,7 @@ from typing import Any
 
 from opd_gym.actions import TokenText
 from opd_gym.env import CodingEnv
+from opd_gym.episode import Episode, EpisodeSettings
 from opd_gym.errors import ConfigError, DatasetError, GradingError, ModelError, OPDGymError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
@@ -38,7 +39,9 @@ __all__ = [
     "OPDGymError",
     "ENV_IDS",
     "CodingEnv",
+    "Episode",
     "EpisodeRow",
+    "EpisodeSettings",
     "GradeReport",
     "Grader",
     "ModelClient",

@@ -1,0 +1,69 @@
+"""Episode on its own (no Gymnasium env): turn loop, end rules, frozen turns, settings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from opd_gym.episode import FORMAT_ERRORS, MAX_TURNS, SUBMITTED, Episode, EpisodeSettings
+from opd_gym.errors import ConfigError
+from opd_gym.tools.parsing import format_tool_call
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
+
+WRITE = format_tool_call("write_file", {"path": "calc.py",
+                                        "content": "def add(a, b):\n    return a + b\n"})
+
+
+def test_an_episode_plays_grades_and_gives_its_sandbox_back(local_pool, toy_task):
+    episode = Episode(toy_task, local_pool, EpisodeSettings(max_turns=5))
+    assert episode.prompt.endswith("Files in the workspace: calc.py")
+    assert episode.sandbox is not None and not episode.done and episode.reward == 0.0
+    first = episode.play(WRITE)
+    assert not first.end_reason and first.tool_results[0].ok and episode.reward == 0.0
+    last = episode.play(format_tool_call("submit"))
+    assert last.end_reason == SUBMITTED and episode.done
+    assert episode.grade is not None and episode.grade.passed == episode.grade.total == 3
+    assert last.grade is episode.grade and first.grade is None
+    assert episode.reward == pytest.approx(episode.reward_breakdown.total) and episode.reward > 0.7
+    assert episode.sandbox is None  # released at the end, before anyone asks
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        last.end_reason = "tampered"  # type: ignore[misc]
+    with pytest.raises(RuntimeError, match="episode is over"):
+        episode.play(WRITE)
+    info = episode.info(last)
+    assert info["turn_snapshot"] is last and info["task_prompt"] == toy_task.prompt
+    assert info["end_reason"] == SUBMITTED and info["grade"]["passed"] == 3
+
+
+@pytest.mark.parametrize("script,settings,reason", [
+    (["no call", "still none"], {"max_format_errors": 2}, FORMAT_ERRORS),
+    ([WRITE, WRITE], {"max_turns": 2}, MAX_TURNS),
+])
+def test_end_rules(local_pool, toy_task, script, settings, reason):
+    episode = Episode(toy_task, local_pool, EpisodeSettings(**settings))
+    turns = [episode.play(text) for text in script]
+    assert [t.end_reason for t in turns] == ["", reason]
+    assert episode.grade is not None  # truncated episodes are graded too
+    assert "[Episode over" in turns[-1].observation
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"max_turns": 0}, "max_turns"),
+    ({"step_time_budget": -1}, "step_time_budget"),
+    ({"tool_timeout": 0}, "tool_timeout"),
+    ({"tool_names": ("terminal",)}, "submit"),
+    ({"reward_weights": {"speed": 1.0}}, "unknown reward weight"),
+    ({"tool_format": "yaml"}, "unknown tool_format"),
+])
+def test_settings_refuse_bad_options_once(options, message):
+    with pytest.raises(ConfigError, match=message):
+        EpisodeSettings(**options)
+
+
+def test_settings_derive_the_default_prompt_for_their_format():
+    hermes, qwen = EpisodeSettings(), EpisodeSettings(tool_format="qwen3_coder")
+    assert "<tool_call>" in hermes.system_prompt and "<function=" in qwen.system_prompt
+    assert EpisodeSettings(system_prompt="Be brief.").system_prompt == "Be brief."
+    assert [t["function"]["name"] for t in hermes.tools][-1] == "submit"
