@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import ConfigError
 from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
 from opd_gym.exports.trainers import TRAINER_FORMATS, trainer_lines
 from opd_gym.opd.record import OPDRecord
@@ -60,7 +61,7 @@ def _prompt_ids(example: TurnExample, tokenizer: Any) -> list[int]:
     if example.turn.get("prompt_ids"):
         return [int(i) for i in example.turn["prompt_ids"]]
     if tokenizer is None:
-        raise ValueError(
+        raise ConfigError(
             "this run has no prompt token ids: pass the student's tokenizer "
             "(--tokenizer hf:PATH, or 'tiny' for the demo model)"
         )
@@ -78,7 +79,7 @@ def export_run(
 ) -> Path:
     """Write `run_dir`'s episodes in format `fmt`; returns the file written."""
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+        raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
     run = Path(run_dir)
     base = run if run.is_dir() else run.parent
     target = (

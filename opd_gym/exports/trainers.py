@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from opd_gym.errors import ConfigError
 from opd_gym.exports.formats import to_trl_rows
 from opd_gym.opd.record import PAD_ID, OPDRecord
 
@@ -98,7 +99,7 @@ def to_slime_sample(
     logprob or 0.0 (never NaN).
     """
     if neutral not in ("student", "mask"):
-        raise ValueError(f"to_slime_sample: neutral must be 'student' or 'mask', got {neutral!r}")
+        raise ConfigError(f"to_slime_sample: neutral must be 'student' or 'mask', got {neutral!r}")
     prompt = _ids(prompt_ids)
     student = record.student_logprobs
     rollout = np.zeros(record.num_tokens, np.float32) if student is None else student.copy()
@@ -266,7 +267,8 @@ def trainer_lines(
     from opd_gym.exports.formats import to_atropos
 
     if fmt not in TRAINER_FORMATS:
-        raise ValueError(f"unknown trainer format {fmt!r}: use one of {', '.join(TRAINER_FORMATS)}")
+        known = ", ".join(TRAINER_FORMATS)
+        raise ConfigError(f"unknown trainer format {fmt!r}: use one of {known}")
     head = {"episode": group[0].episode, "task_id": group[0].task_id}
     records = [e.record for e in group]
     if fmt == "atropos-compact":

@@ -43,7 +43,7 @@ def _require_prefix(prefix: list[int], full: list[int], what: str) -> None:
     if full[:len(prefix)] != prefix:
         at = next((i for i, (a, b) in enumerate(zip(prefix, full, strict=False)) if a != b),
                   min(len(prefix), len(full)))
-        raise ValueError(f"chat template is not prefix-stable: {what} (ids differ at position "
+        raise ConfigError(f"chat template is not prefix-stable: {what} (ids differ at position "
                          f"{at}); build the teacher input per turn instead")
 
 
@@ -54,7 +54,7 @@ def _with_hint_in_task(messages: list[dict[str, Any]], hint_message: Mapping[str
             out = [dict(m) for m in messages]
             out[i]["content"] = f"{message.get('content') or ''}\n\n{hint_message['content']}"
             return out
-    raise ValueError("placement 'task_message' needs a user message in the context")
+    raise ConfigError("placement 'task_message' needs a user message in the context")
 
 
 def build_teacher_ids(
@@ -97,13 +97,13 @@ def _prefix_from_context_ids(tokenizer, messages, tools, hint_message, context_i
     if hint_message is None:
         return context_ids
     if placement != "before_turn":
-        raise ValueError("context_ids can only be combined with placement 'before_turn'")
+        raise ConfigError("context_ids can only be combined with placement 'before_turn'")
     bare = render_ids(tokenizer, messages, tools, add_generation_prompt=False)
     prompted = render_ids(tokenizer, messages, tools, add_generation_prompt=True)
     _require_prefix(bare, prompted, "context without generation prompt vs with it")
     gen_prompt = prompted[len(bare):]
     if gen_prompt and context_ids[-len(gen_prompt):] != gen_prompt:
-        raise ValueError("context_ids do not end with the chat template's generation prompt "
+        raise ConfigError("context_ids do not end with the chat template's generation prompt "
                          f"{gen_prompt}; cannot place the hint before the turn")
     hinted = render_ids(tokenizer, [*messages, dict(hint_message)], tools,
                         add_generation_prompt=True)
@@ -248,7 +248,7 @@ def build_episode_ids(
     plan = plan_episode(tokenizer, turns, tools)
     if len(plan.passes) > 1:
         breaking = plan.passes[1].turns[0]
-        raise ValueError(f"episode turn {breaking}: its context must extend the earlier turns' "
+        raise ConfigError(f"episode turn {breaking}: its context must extend the earlier turns' "
                          f"sequence: {plan.notes[breaking]}")
     return plan.passes[0].ids, plan.passes[0].spans
 

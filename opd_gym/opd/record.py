@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from opd_gym.errors import DatasetError
+
 
 class SkipReason(StrEnum):
     """Why a turn carries no teacher signal: a stable name beside the free-text `error`."""
@@ -310,7 +312,7 @@ class OPDRecord:
         """Inverse of `to_dict`; validates like the constructor."""
         schema = data.get("schema", SCHEMA)
         if schema != SCHEMA:
-            raise ValueError(f"OPDRecord.from_dict: unsupported schema {schema!r} "
+            raise DatasetError(f"OPDRecord.from_dict: unsupported schema {schema!r} "
                              f"(expected {SCHEMA!r})")
         t = len(data["token_ids"])
         k = int(data.get("topk", 0))
@@ -366,6 +368,6 @@ def _floats_from_json(value: Any, shape: tuple[int, ...]) -> np.ndarray:
     try:
         return np.asarray(value, dtype=object).astype(np.float32).reshape(shape)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"OPDRecord.from_dict: bad float array of expected shape {shape}: "
+        raise DatasetError(f"OPDRecord.from_dict: bad float array of expected shape {shape}: "
                          f"{exc} (non-finite values are spelled \"NaN\", \"Infinity\", "
                          f"\"-Infinity\")") from exc

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.tasks.model import Task
 from opd_gym.trl.environment import CodingToolEnv
 
@@ -22,7 +23,7 @@ def demo_conversation(
     """`prompt` + the reference script (write each solution file, then submit) played in the
     env, as TRL messages: assistant ``tool_calls`` turns and ``tool`` results."""
     if not task.solution:
-        raise ValueError(f"task {task.id!r} ships no reference solution to demonstrate")
+        raise DatasetError(f"task {task.id!r} ships no reference solution to demonstrate")
     instance.reset(task_id=task.id)
     messages = [dict(m) for m in prompt]
     calls = [("write_file", {"path": p, "content": t}) for p, t in sorted(task.solution.items())]
@@ -52,7 +53,7 @@ def _assistant_labels(tokenizer: Any, messages: list[dict[str, Any]], tools: Any
         start = len(render(messages[:i], True))
         end = len(render(messages[: i + 1], False))
         if ids[:end] != render(messages[: i + 1], False):
-            raise ValueError("the chat template is not prefix-preserving; TRL needs one that is")
+            raise ConfigError("the chat template is not prefix-preserving; TRL needs one that is")
         stop = next((j + 1 for j in range(start, end) if ids[j] == eos), end)
         labels[start:stop] = ids[start:stop]
     return ids, labels

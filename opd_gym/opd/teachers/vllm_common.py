@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from opd_gym.errors import ConfigError
+from opd_gym.errors import ConfigError, ModelError
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores
 
 SERVER_NEG_INF = -9999.0  # the server's JSON spelling of -inf
@@ -65,7 +65,7 @@ def select_rows(
     found = is_actual.any(axis=1)
     if not found.all():
         bad = int(np.flatnonzero(~found)[0])
-        raise ValueError(f"vLLM returned no logprob for the scored token {int(actual[bad])} "
+        raise ModelError(f"vLLM returned no logprob for the scored token {int(actual[bad])} "
                          f"of row {bad}: the response does not match the request")
     token_lp = lps[np.arange(rows), is_actual.argmax(axis=1)].astype(np.float32)
 
@@ -121,7 +121,7 @@ def rows_from_dicts(
     for r, p in enumerate(positions.tolist()):
         row = rows[p] if p < len(rows) else None
         if not row:
-            raise ValueError(f"vLLM returned no prompt logprobs for position {p}")
+            raise ModelError(f"vLLM returned no prompt logprobs for position {p}")
         counts[r] = len(row)
         for key, entry in row.items():
             flat_ids.append(int(key))
