@@ -19,6 +19,7 @@ class TokenText(str):
     token_ids: list[int] | None
     logprobs: list[float] | None
     prompt_ids: list[int] | None
+    topk_ids: list[list[int]] | None
 
     def __new__(
         cls,
@@ -26,11 +27,18 @@ class TokenText(str):
         token_ids: Sequence[int] | None = None,
         logprobs: Sequence[float] | None = None,
         prompt_ids: Sequence[int] | None = None,
+        topk_ids: Sequence[Sequence[int]] | None = None,
     ) -> TokenText:
         self = super().__new__(cls, text)
         self.token_ids = None if token_ids is None else [int(t) for t in token_ids]
         self.logprobs = None if logprobs is None else [float(p) for p in logprobs]
         self.prompt_ids = None if prompt_ids is None else [int(t) for t in prompt_ids]
+        # the policy's own top-K candidate ids at each sampled position (teachers score them)
+        self.topk_ids = None if topk_ids is None else [[int(t) for t in row] for row in topk_ids]
+        if self.topk_ids is not None and self.token_ids is not None and \
+                len(self.topk_ids) != len(self.token_ids):
+            raise ValueError(f"topk_ids has {len(self.topk_ids)} rows but token_ids has "
+                             f"{len(self.token_ids)}; one row per sampled token")
         if self.token_ids is not None and self.logprobs is not None:
             if len(self.token_ids) != len(self.logprobs):
                 raise ValueError(
@@ -40,7 +48,8 @@ class TokenText(str):
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TokenText, (str(self), self.token_ids, self.logprobs, self.prompt_ids))
+        return (TokenText, (str(self), self.token_ids, self.logprobs, self.prompt_ids,
+                            self.topk_ids))
 
     def __repr__(self) -> str:
         n = "no" if self.token_ids is None else len(self.token_ids)
@@ -62,6 +71,7 @@ class ModelOutputData:
     prompt_ids: list[int] | None = None
     tool_calls: list[Any] | None = None
     problem: str | None = None
+    topk_ids: list[list[int]] | None = None
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -71,6 +81,17 @@ def _int_list(value: Any) -> list[int] | None:
         return [int(v) for v in value]
     except (TypeError, ValueError):
         return None
+
+
+def _int_rows(value: Any) -> list[list[int]] | None:
+    """Rows of ints of one common width (the student's top-K ids), or None if malformed."""
+    if value is None:
+        return None
+    try:
+        rows = [[int(v) for v in row] for row in value]
+    except (TypeError, ValueError):
+        return None
+    return rows if len({len(row) for row in rows}) <= 1 else None
 
 
 def _float_list(value: Any) -> list[float] | None:
@@ -90,6 +111,7 @@ def to_model_output(action: Any) -> ModelOutputData:
             token_ids=getattr(action, "token_ids", None),
             logprobs=getattr(action, "logprobs", None),
             prompt_ids=getattr(action, "prompt_ids", None),
+            topk_ids=_int_rows(getattr(action, "topk_ids", None)),
         )
     if isinstance(action, Mapping):
         text = action.get("text", action.get("content"))
@@ -113,6 +135,7 @@ def to_model_output(action: Any) -> ModelOutputData:
             token_ids=_int_list(action.get("token_ids")),
             logprobs=_float_list(action.get("logprobs")),
             prompt_ids=_int_list(action.get("prompt_ids")),
+            topk_ids=_int_rows(action.get("topk_ids")),
             tool_calls=list(calls) if calls else None,
         )
     return ModelOutputData(

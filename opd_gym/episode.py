@@ -165,6 +165,7 @@ class Episode:
             observation=_observation(self.messages[context_len + 1:]),
             token_ids=output.token_ids, logprobs=output.logprobs, prompt_ids=output.prompt_ids,
             grade=self.grade if end_reason else None, end_reason=end_reason,
+            student_topk_ids=output.topk_ids,
         )
         self.turns.append(turn)
         self.end_reason = end_reason

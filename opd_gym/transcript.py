@@ -169,6 +169,7 @@ class Turn:
     prompt_ids: tuple[int, ...] | None = None
     grade: GradeReport | None = None
     end_reason: str = ""
+    student_topk_ids: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("tool_calls", "tool_results", "format_errors"):
@@ -177,6 +178,9 @@ class Turn:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
+        if self.student_topk_ids is not None:
+            object.__setattr__(self, "student_topk_ids",
+                               tuple(tuple(row) for row in self.student_topk_ids))
 
     @property
     def is_format_error(self) -> bool:
@@ -211,7 +215,8 @@ class Turn:
             "prompt_ids": _list(self.prompt_ids),
             "grade": self.grade.to_dict() if self.grade is not None else None,
             "end_reason": self.end_reason,
-        }
+        } | ({} if self.student_topk_ids is None
+             else {"student_topk_ids": [list(row) for row in self.student_topk_ids]})
 
 
 def _list(values: Sequence[Any] | None) -> list[Any] | None:

@@ -23,6 +23,9 @@ class TransformersPolicy:
 
     `dtype` defaults to the checkpoint's dtype ("float64" is allowed, for exactness checks);
     `max_model_len` caps prompt + sampled tokens (default: the model's position limit).
+    `student_topk` > 0 also returns the policy's own top-K ids at each sampled position
+    (`TokenText.topk_ids`): a teacher that can score given ids then fills
+    `OPDRecord.teacher_candidate_logprobs` for them.
     `fork(seed)` gives another agent sharing the model but with its own generator (one per
     rollout worker); `seed_episode(seed)` reseeds it, so each episode's draws depend only on
     its own seed, not on which worker plays it.
@@ -40,6 +43,7 @@ class TransformersPolicy:
         device: str = "cpu",
         dtype: str | None = "auto",
         max_model_len: int | None = None,
+        student_topk: int = 0,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -48,6 +52,8 @@ class TransformersPolicy:
 
         if max_new_tokens < 1:
             raise ConfigError("max_new_tokens must be >= 1")
+        if student_topk < 0:
+            raise ConfigError("student_topk must be >= 0 (0: do not return top-K ids)")
         if not 0.0 < top_p <= 1.0:
             raise ConfigError("top_p must be in (0, 1]")
         if isinstance(model, str) or hasattr(model, "__fspath__"):
@@ -64,6 +70,8 @@ class TransformersPolicy:
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        self.student_topk = min(int(student_topk), int(self.model.config.get_text_config()
+                                                       .vocab_size))
         self.temperature = temperature
         self.top_p = top_p
         self.device = device
@@ -118,6 +126,7 @@ class TransformersPolicy:
         step_input = torch.tensor([prompt], device=self.device)
         ids: list[int] = []
         logprobs: list[float] = []
+        topk_ids: list[list[int]] = []
         with torch.no_grad():
             for _ in range(budget):
                 logits = self.model(input_ids=step_input, past_key_values=cache, use_cache=True)
@@ -132,9 +141,12 @@ class TransformersPolicy:
                 token = int(torch.multinomial(probs, 1, generator=self._generator))
                 ids.append(token)
                 logprobs.append(float(logp[token]))
+                if self.student_topk:
+                    topk_ids.append(logp.topk(self.student_topk).indices.tolist())
                 if token == eos:
                     break
                 step_input = torch.tensor([[token]], device=self.device)
         body = ids[:-1] if ids and ids[-1] == eos else ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)
-        return TokenText(text, token_ids=ids, logprobs=logprobs, prompt_ids=prompt)
+        return TokenText(text, token_ids=ids, logprobs=logprobs, prompt_ids=prompt,
+                         topk_ids=topk_ids if self.student_topk else None)

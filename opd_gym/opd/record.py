@@ -135,6 +135,8 @@ class OPDRecord:
     context: str = ""
     skip_reason: SkipReason | None = None
     teacher_tail_logprobs: np.ndarray | None = None
+    student_topk_ids: np.ndarray | None = None
+    teacher_candidate_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -165,10 +167,24 @@ class OPDRecord:
             self.teacher_tail_logprobs = _as_array(
                 "teacher_tail_logprobs", self.teacher_tail_logprobs, "fiu", np.float32, 1)
             expected["teacher_tail_logprobs"] = (self.teacher_tail_logprobs.shape, (t,))
+        if self.student_topk_ids is not None:  # the student's own top-K ids [T, C]
+            self.student_topk_ids = _as_array("student_topk_ids", self.student_topk_ids, "iu",
+                                              np.int32, 2)
+            expected["student_topk_ids"] = (self.student_topk_ids.shape[:1], (t,))
+        if self.teacher_candidate_logprobs is not None:  # the teacher's logprobs of those ids
+            self.teacher_candidate_logprobs = _as_array(
+                "teacher_candidate_logprobs", self.teacher_candidate_logprobs, "fiu",
+                np.float32, 2)
+            width = None if self.student_topk_ids is None else self.student_topk_ids.shape
+            expected["teacher_candidate_logprobs"] = (self.teacher_candidate_logprobs.shape,
+                                                      width)
         for name, (got, want) in expected.items():
             if got != want:
                 raise ValueError(f"OPDRecord.{name}: shape {got} does not match "
                                  f"{want} (T={t} tokens, K={k})")
+        if self.teacher_candidate_logprobs is not None:  # no signal where the turn is unscored
+            self.teacher_candidate_logprobs = np.where(
+                self.mask[:, None], self.teacher_candidate_logprobs, np.float32(np.nan))
         if self.scope not in SCOPES:
             raise ValueError(f"OPDRecord.scope must be one of {SCOPES}, got {self.scope!r}")
         self.votes = list(self.votes)
@@ -305,7 +321,11 @@ class OPDRecord:
             "context": self.context,
             "skip_reason": None if self.skip_reason is None else str(self.skip_reason),
             "teacher_tail_logprobs": _floats_to_json(self.teacher_tail_logprobs),
-        }
+        } | ({} if self.student_topk_ids is None else {
+            "student_topk_ids": self.student_topk_ids.tolist(),
+            "teacher_candidate_logprobs": (None if self.teacher_candidate_logprobs is None else
+                                           _floats_to_json(self.teacher_candidate_logprobs)),
+        })
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OPDRecord:
@@ -337,7 +357,22 @@ class OPDRecord:
             skip_reason=_skip_reason(data),
             teacher_tail_logprobs=None if data.get("teacher_tail_logprobs") is None
             else _floats_from_json(data["teacher_tail_logprobs"], (t,)),
+            **_candidates_from_json(data, t),
         )
+
+
+def _candidates_from_json(data: Mapping[str, Any], t: int) -> dict[str, Any]:
+    """The student's top-K ids and the teacher's logprobs of them, when the record has them."""
+    ids = data.get("student_topk_ids")
+    if ids is None:
+        return {}
+    try:
+        topk = np.asarray(ids, np.int64).reshape(t, -1) if t else np.zeros((0, 0), np.int64)
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"OPDRecord.from_dict: bad student_topk_ids: {exc}") from exc
+    lps = data.get("teacher_candidate_logprobs")
+    return {"student_topk_ids": topk, "teacher_candidate_logprobs":
+            None if lps is None else _floats_from_json(lps, topk.shape)}
 
 
 def _skip_reason(data: Mapping[str, Any]) -> SkipReason | None:

@@ -181,7 +181,17 @@ class Scorer:
                 placement=self.placement,
             )
             note = f"turn, from the rendered messages plus the hint ({exc})"
-        return ScoreRequest(ids, [span]), note
+        candidates = self._candidates(judged)
+        return ScoreRequest(ids, [span], None if candidates is None else [candidates]), note
+
+    def _candidates(self, judged: Judged) -> np.ndarray | None:
+        """The student's own top-K ids for the teacher to score, when the policy gave them for
+        exactly these tokens and the teacher can score given ids (`supports_candidates`)."""
+        topk = judged.sample.student_topk_ids
+        if topk is None or judged.retokenized or len(topk) != len(judged.student_ids) or \
+                not topk or not getattr(self.teacher, "supports_candidates", False):
+            return None
+        return np.asarray(topk, np.int64)
 
     def score(self, judged: Sequence[Judged]) -> list[OPDRecord]:
         """Records for judged turns, in order; failures become unscored records with `error`."""
@@ -230,7 +240,8 @@ class Scorer:
         try:
             plan = plan_episode(self.teacher.tokenizer, turns, judged[0].sample.tools,
                                 on_break=self.on_history_rewrite)
-            requests = [ScoreRequest(p.ids, p.spans) for p in plan.passes]
+            requests = [ScoreRequest(p.ids, p.spans, self._pass_candidates(judged, p.turns))
+                        for p in plan.passes]
             results = self.teacher.score(requests, self.topk)
         except Exception as exc:
             self._fail(judged, todo, records, exc)
@@ -246,6 +257,10 @@ class Scorer:
             seen = [judged[t].verdict.hint for t in plan.passes[p].turns[:k + 1]]
             records[i] = self._record(judged[i], results[p][k], spent, plan.notes[i],
                                       [h for h in seen if h])
+
+    def _pass_candidates(self, judged, turns) -> list[np.ndarray | None] | None:
+        found = [self._candidates(judged[t]) for t in turns]
+        return found if any(c is not None for c in found) else None
 
     def _fail(self, judged, indices, records, exc: Exception) -> None:
         """A teacher failure leaves these turns unscored, saying why; nothing is lost."""
@@ -267,8 +282,12 @@ class Scorer:
             copied |= copied_positions(
                 self.teacher.tokenizer, judged.student_ids, hint, self.copy_min_words
             )
+        candidate = getattr(scores, "candidate_logprobs", None)
         if self.copy_guard == "mask" and copied.any():
             scores = _without_rows(scores, copied)
+            if candidate is not None:
+                candidate = np.where(copied[:, None], np.float32(np.nan), candidate)
+        topk = judged.sample.student_topk_ids
         return OPDRecord.from_scores(
             judged.student_ids,
             scores,
@@ -281,6 +300,10 @@ class Scorer:
             scope=self.scope,
             copied=copied,
             context=context,
+            student_topk_ids=(None if topk is None or judged.retokenized
+                              or len(topk) != len(judged.student_ids) or not topk
+                              else np.asarray(topk, np.int64)),
+            teacher_candidate_logprobs=candidate,
         )
 
     def close(self) -> None:

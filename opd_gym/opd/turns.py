@@ -57,6 +57,7 @@ class TurnSample:
     token_ids = property(lambda self: self.turn.token_ids)
     logprobs = property(lambda self: self.turn.logprobs)
     prompt_ids = property(lambda self: self.turn.prompt_ids)
+    student_topk_ids = property(lambda self: self.turn.student_topk_ids)
 
 
 def sample_turn(

@@ -83,6 +83,8 @@ class TransformersTeacher:
     (including padding), `forward_passes`.
     """
 
+    supports_candidates = True  # scores given ids (e.g. the student's top-K) per position
+
     def __init__(
         self,
         model_path_or_model: str | os.PathLike[str] | Any,

@@ -21,7 +21,12 @@ import numpy as np
 
 from opd_gym.errors import ConfigError, ModelError
 from opd_gym.models.dtypes import resolve_dtype
-from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
+from opd_gym.opd.teachers.base import (
+    ScoreRequest,
+    SpanScores,
+    reject_candidates,
+    validate_requests,
+)
 from opd_gym.opd.teachers.vllm_common import (
     check_length,
     feed_length,
@@ -42,6 +47,8 @@ class VLLMEngineTeacher:
     path: "auto" (token-id scoring when the V2 runner is active), "token_ids" (require it)
     or "prompt_logprobs".
     """
+
+    supports_candidates = False  # prompt_logprobs give the engine's own top-K only
 
     def __init__(
         self,
@@ -113,6 +120,7 @@ class VLLMEngineTeacher:
         """Per request, per span: sampled-token logprobs and raw top-K (one engine batch)."""
         requests = list(requests)
         validate_requests(requests, topk, self._vocab_size)
+        reject_candidates(requests, "vLLM engine")
         if topk > self.max_logprobs:
             raise ConfigError(f"topk={topk} exceeds the engine's max_logprobs="
                              f"{self.max_logprobs}; build the teacher with max_logprobs={topk}")

@@ -29,7 +29,12 @@ from opd_gym.models.client import (
     split_base_url,  # noqa: F401  (importable from here, as before)
 )
 from opd_gym.models.tokenizer import served_tokenizer
-from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
+from opd_gym.opd.teachers.base import (
+    ScoreRequest,
+    SpanScores,
+    reject_candidates,
+    validate_requests,
+)
 from opd_gym.opd.teachers.vllm_common import (
     check_length,
     feed_length,
@@ -73,6 +78,8 @@ class VLLMServerTeacher:
         vocab_size: rows of the model's output distribution, when the local config of the
             model cannot be read (defaults to the larger of config and tokenizer sizes).
     """
+
+    supports_candidates = False  # prompt_logprobs give the server's own top-K only
 
     def __init__(
         self,
@@ -175,6 +182,7 @@ class VLLMServerTeacher:
         """Per request, per span: sampled-token logprobs and raw top-K (requests in parallel)."""
         requests = list(requests)
         validate_requests(requests, topk, self._vocab_size)
+        reject_candidates(requests, "vLLM server")
         for i, req in enumerate(requests):
             check_length(i, feed_length(req), self.max_model_len)
         futures = [self._pool.submit(self._score_one, req, int(topk)) for req in requests]
