@@ -112,3 +112,21 @@ def test_dead_teacher_leaves_turns_unscored_with_a_reason(ray_cluster, tmp_path)
     assert records and all(not r.scored for r in records)
     assert all(r.skip_reason == SkipReason.TEACHER_ERROR for r in records)
     assert all("teacher actor died" in r.error for r in records)
+
+
+def test_cli_rollout_on_a_cluster_address_then_resume(ray_cluster, tmp_path):
+    """`opd-gym rollout --ray ADDRESS`: the same run directory as the local runner (rows,
+    summary, report), and `--resume` on it runs nothing twice."""
+    from opd_gym import cli
+
+    out = tmp_path / "run"
+    argv = ["rollout", "--ray", ray_cluster.address, "--workers", "2",
+            "--episodes-per-worker", "1", "--episodes", "3", "--task-ids", ",".join(TASKS),
+            "--sandbox", "local", "--teacher", "tiny", "--topk", "2", "--out", str(out),
+            "--quiet"]
+    assert cli.main(argv) == 0
+    run = RunDirectory(out)
+    assert sorted(row.episode for row in run.rows()) == [0, 1, 2]
+    assert run.read_summary()["episodes"] == 3 and (out / "report.html").is_file()
+    assert cli.main(argv + ["--resume"]) == 0
+    assert sorted(row.episode for row in RunDirectory(out).rows()) == [0, 1, 2]
