@@ -42,6 +42,7 @@ import numpy as np
 
 # Run as a script from a checkout: make the repo's package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from synthetic import make_episode_request, make_turn_requests  # noqa: E402
 
 SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -82,28 +83,12 @@ def episodes(args, n: int, turns: int, vocab: int, seed: int) -> list[tuple[list
 
 def turn_requests(ep) -> list:
     """Turn scope: one request per turn; the next context drops the hint."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    prompt, turns = ep
-    ctx, reqs = list(prompt), []
-    for hint, resp, obs in turns:
-        ids = ctx + hint + resp
-        reqs.append(ScoreRequest(ids, [(len(ctx) + len(hint), len(ids))]))
-        ctx = ctx + resp + obs
-    return reqs
+    return make_turn_requests(*ep)
 
 
 def episode_request(ep):
-    """Episode scope: one request per episode, one span per turn (no hints in the context)."""
-    from opd_gym.opd.teachers import ScoreRequest
-
-    prompt, turns = ep
-    ids, spans = list(prompt), []
-    for hint, resp, obs in turns:
-        ids += hint
-        spans.append((len(ids), len(ids) + len(resp)))
-        ids += resp + obs
-    return ScoreRequest(ids, spans)
+    """Episode scope: one request per episode, every hint before its turn, one span per turn."""
+    return make_episode_request(*ep)
 
 
 class Meter:
