@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from opd_gym.errors import ModelError
 from opd_gym.opd.teachers import ScoreRequest
 from opd_gym.opd.teachers.vllm_common import (
     feed_length,
@@ -52,7 +53,7 @@ def test_k0_and_missing_token_error():
     token_lp, top_ids, top_lp = rows_from_dicts([0, 3], np.array([1]), [None, {"3": _entry(-2.0,
                                                                                         7)}], 0)
     assert token_lp.tolist() == [-2.0] and top_ids.shape == (1, 0) and top_lp.shape == (1, 0)
-    with pytest.raises(ValueError, match="scored token"):
+    with pytest.raises(ModelError, match="scored token"):
         rows_from_dicts([0, 3], np.array([1]), [None, {"4": _entry(-2.0, 1)}], 1)
 
 
