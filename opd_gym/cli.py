@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -125,31 +127,35 @@ def _teacher_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
+def _opd_and_policy(args: argparse.Namespace, tasks: Any) -> tuple[Any, Any]:
+    """The OPD config and the policy's agent factory, everything checked before a run folder
+    exists: option values, the teacher, judge and policy specs (a model folder that is not
+    there, a server that does not answer), and that the policy's tokenizer is the teacher's."""
     from opd_gym import specs
-    from opd_gym.loggers import make_logger
     from opd_gym.opd.config import OPDConfig
-    from opd_gym.rollout import RolloutConfig, run_rollout
 
-    args.tasks = _tasks_spec(args.tasks, args.schema)
-    tasks = _load_tasks(args.tasks)
-    if args.task_ids:
-        known = {t.id for t in tasks}
-        unknown = sorted(set(args.task_ids) - known)
-        if unknown:
-            raise UserError(f"unknown task id(s) {', '.join(unknown)}: see `opd-gym tasks list`")
-    backend = specs.sandbox_backend(args.sandbox)
-    if args.sandbox == "auto" and backend != "docker":
-        print(
-            f"notice: no Docker engine with the sandbox image here; using the {backend} "
-            "backend" + (" (NO isolation)" if backend == "local" else ""),
-            file=sys.stderr,
-        )
     opd = None
     if not args.no_opd:  # every OPD option is checked here, before any model is loaded
         opd = OPDConfig(teacher=args.teacher, judge=args.judge, topk=args.topk,
                         votes=args.votes, hint_scope=args.hint_scope,
                         teacher_options=_teacher_options(args))
+        specs.validate("teacher", args.teacher)
+        specs.validate("judge", args.judge)
+    if args.policy.startswith("hf:"):  # a served policy's factory checks its server itself
+        specs.validate("policy", args.policy)
+    args.teacher_name = args.teacher
+    student = specs.policy_tokenizer(args.policy)
+    if opd is not None:
+        if args.teacher == "auto":
+            args.teacher_name = specs.auto_teacher()
+        teacher_model = specs.local_model(args.teacher_name)
+        if student is not None and teacher_model is not None:
+            specs.check_tokenizers(student, f"hf:{teacher_model}",
+                                   student_name=f"(policy {args.policy})",
+                                   teacher_name=f"(teacher {args.teacher_name})")
+        if student is not None:  # a vllm: teacher is checked when its client is built
+            opd = opd.replace(student_tokenizer=student,
+                              student_temperature=args.temperature or 1.0)
     make_agent = specs.make_policy(
         args.policy, tasks, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
@@ -157,16 +163,44 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         max_model_len=args.policy_max_model_len,
     )
     args.policy = specs.resolve_model(args.policy)  # as config.json records it: hf:PATH
-    args.teacher_name = args.teacher
     if opd is not None:
-        if args.teacher == "auto":
-            args.teacher_name = specs.auto_teacher()
         args.teacher = specs.resolve_model(args.teacher_name)
         opd = opd.replace(teacher=args.teacher)
-    out = Path(args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    return opd, make_agent
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from opd_gym import specs
+    from opd_gym.loggers import make_logger
+    from opd_gym.rollout import RolloutConfig
+    from opd_gym.runs import RunDirectory
+
+    out = _check_rollout_args(args)
+    args.tasks = _tasks_spec(args.tasks, args.schema, args.skip_invalid)
+    tasks = _load_tasks(args.tasks)
+    if args.task_ids:
+        known = {t.id for t in tasks}
+        unknown = sorted(set(args.task_ids) - known)
+        if unknown:
+            raise UserError(f"unknown task id(s) {', '.join(unknown)}: see `opd-gym tasks list`")
+    if args.episodes is None:  # default: 8, or every (selected) task --repeat times
+        count = len(args.task_ids) if args.task_ids else len(tasks)
+        args.episodes = count * args.repeat if args.repeat > 1 else 8
+    backend = specs.sandbox_backend(args.sandbox)
+    if args.sandbox == "auto" and backend != "docker":
+        print(
+            f"notice: no Docker engine with the sandbox image here; using the {backend} "
+            "backend" + (" (NO isolation)" if backend == "local" else ""),
+            file=sys.stderr,
+        )
+    opd, make_agent = _opd_and_policy(args, tasks)
+    tool_format = _tool_format_name(args.tool_format or "hermes", args.policy)
+    if tool_format != "hermes":
+        print(f"opd-gym rollout: tool-call format {tool_format}", file=sys.stderr)
     config = RolloutConfig(
         out_dir=str(out),
         episodes=args.episodes,
+        repeat=args.repeat,
         tasks=args.tasks,
         task_ids=args.task_ids,
         sandbox=backend,
@@ -176,42 +210,38 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         resume=args.resume,
         opd=opd is not None,
         opd_options=opd if opd is not None else {},
+        tool_format=tool_format,
     )
     demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
         "tiny", "smollm2")
     if demo and opd is not None:
         note = DEMO_NOTE if args.teacher_name == "tiny" else SMOLLM2_DEMO_NOTE
         print(f"opd-gym rollout: {note}", file=sys.stderr)
+    run_config = {**vars(args), "func": None}
+    _check_run_dir(out, run_config, resume=args.resume)  # before anything is written
+    fresh = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    logger = None
     try:
-        logger = make_logger(args.log, out, vars(args)) if args.log else None
-    except ImportError as exc:  # an optional logger package is missing: say how to get it
-        raise UserError(str(exc).splitlines()[0]) from None
-    (out / "config.json").write_text(json.dumps({**vars(args), "func": None}, indent=2))
-
-    def log(row, metrics):
-        if logger is not None:
-            logger.log(metrics, step=int(metrics["train/episodes"]))
-
-    restore = _apply_tool_format(args)
-    try:
-        if args.ray is not None:  # Ray: the same run directory, resume and summary
-            from opd_gym.distributed import RayOptions, run_ray_rollout
-
-            summary = run_ray_rollout(
-                config, make_agent, on_episode=log, progress=not args.quiet,
-                options=RayOptions(address=None if args.ray == "local" else args.ray,
-                                   workers=args.workers,
-                                   episodes_per_worker=args.episodes_per_worker))
-        else:
-            summary = run_rollout(config, make_agent, on_episode=log, progress=not args.quiet)
-    except FileExistsError as exc:  # a finished run in --out without --resume
-        raise UserError(str(exc)) from None
+        try:
+            logger = make_logger(args.log, out, vars(args)) if args.log else None
+        except ImportError as exc:  # an optional logger package is missing: say how to get it
+            raise UserError(str(exc).splitlines()[0]) from None
+        RunDirectory(out).write_config(run_config)
+        summary = _run(args, config, make_agent, logger)
+    except OPDGymError:  # refused before any episode (no engine, a missing package...)
+        if fresh and not RunDirectory(out).has_rows():
+            shutil.rmtree(out, ignore_errors=True)  # ours, made above: leave nothing behind
+        raise
     finally:
-        restore()
         if logger is not None:
             logger.close()
+
     print(summary.table())
+    if summary.interrupted:
+        print(f"opd-gym: interrupted after {summary.episodes} of {args.episodes} episodes: "
+              f"`opd-gym rollout --resume --out {out} ...` (same flags) plays the other "
+              f"{max(args.episodes - summary.episodes, 0)}", file=sys.stderr)
     for failure in summary.failures[:5]:
         print(f"  {failure}", file=sys.stderr)
     written = [out / "trajectories.jsonl", out / "summary.json"]
@@ -223,7 +253,33 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if logger is not None and args.log == "jsonl":
         written.append(out / "metrics.jsonl")
     print("wrote " + ", ".join(str(p) for p in written))
+    if summary.interrupted:
+        return 130
     return 1 if summary.failures and not summary.episodes else 0
+
+
+def _run(args: argparse.Namespace, config: Any, make_agent: Any, logger: Any) -> Any:
+    """Play the run, locally or on Ray; its summary."""
+    from opd_gym.rollout import run_rollout
+
+    def log(row, metrics):
+        if logger is not None:
+            logger.log(metrics, step=int(metrics["train/episodes"]))
+
+    try:
+        if args.ray is not None:  # Ray: the same run directory, resume and summary
+            from opd_gym.distributed import RayOptions, run_ray_rollout
+
+            return run_ray_rollout(
+                config, make_agent, on_episode=log, progress=not args.quiet,
+                options=RayOptions(address=None if args.ray == "local" else args.ray,
+                                   workers=args.workers or 2,
+                                   episodes_per_worker=args.episodes_per_worker or 2),
+                grace=args.grace)
+        return run_rollout(config, make_agent, on_episode=log, progress=not args.quiet,
+                           grace=args.grace)
+    except FileExistsError as exc:  # a finished run in --out without --resume
+        raise UserError(str(exc)) from None
 
 
 def _tool_format_name(spec: str, policy: str) -> str:
@@ -243,37 +299,104 @@ def _tool_format_name(spec: str, policy: str) -> str:
     return DEFAULT_FORMAT
 
 
-def _apply_tool_format(args: argparse.Namespace) -> Callable[[], None]:
-    """Make the run's envs parse `--tool-format`; returns the undo (for in-process callers)."""
-    import gymnasium as gym
-
-    from opd_gym.registration import DEFAULT_ID
-
-    name = _tool_format_name(getattr(args, "tool_format", "hermes") or "hermes", args.policy)
-    spec = gym.spec(DEFAULT_ID)
-    before = dict(spec.kwargs)
-    if name != "hermes":
-        print(f"opd-gym rollout: tool-call format {name}", file=sys.stderr)
-        spec.kwargs["tool_format"] = name
-
-    def restore() -> None:
-        spec.kwargs.clear()
-        spec.kwargs.update(before)
-    return restore
-
-
-def _tasks_spec(source: str, schema: str | None) -> Any:
-    """`--tasks`/`--schema` as a task spec: the plain string, or a loader mapping.
+def _tasks_spec(source: str, schema: str | None, skip_invalid: bool = False) -> Any:
+    """`--tasks`/`--schema`/`--skip-invalid` as a task spec: the plain string, or a loader
+    mapping.
 
     `hf:NAME[@SPLIT]` is a Hugging Face dataset (needs the `datasets` extra); a file's schema
     is detected from its rows unless `--schema` names it.
     """
+    extra = {"skip_invalid": True} if skip_invalid else {}
     if source.startswith("hf:"):
         name, _, split = source[3:].partition("@")
-        return {"dataset": name, "schema": schema, "split": split or "test"}
-    if schema in (None, "auto"):
+        return {"dataset": name, "schema": schema, "split": split or "test", **extra}
+    if schema in (None, "auto") and not extra:
         return source
-    return {"source": source, "schema": schema}
+    return {"source": source, "schema": schema, **extra}
+
+
+# Flags that say how a run is played or shown, not which episodes it plays: `--resume` may
+# change them; any other difference from the run's config.json is refused.
+RESUME_MAY_CHANGE = frozenset({
+    "resume", "out", "quiet", "no_report", "log", "episodes", "parallel", "ray", "workers",
+    "episodes_per_worker", "grace", "func", "command",
+})
+
+
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _check_rollout_args(args: argparse.Namespace) -> Path:
+    """Refuse conflicting flags and an unusable `--out` before anything is loaded or written;
+    returns the output directory."""
+    if args.resume and not args.out:
+        raise UserError("--resume needs --out: the run directory to continue")
+    if args.ray is None:
+        given = [flag for flag, value in (("--workers", args.workers),
+                                          ("--episodes-per-worker", args.episodes_per_worker))
+                 if value is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} only apply with --ray")
+    out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a directory")
+    existing = out
+    while not existing.exists():  # the nearest existing folder must let us create the rest
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"--out {str(out)!r}: {str(existing)!r} is a file, not a directory")
+    try:  # a probe folder, removed at once: permissions, read-only mounts, /proc alike
+        os.rmdir(tempfile.mkdtemp(prefix=".opd-gym-probe-", dir=existing))
+    except OSError as exc:
+        raise UserError(f"--out {str(out)!r}: cannot write in {str(existing)!r} "
+                        f"({exc.strerror or exc})") from None
+    return out
+
+
+def _check_run_dir(out: Path, config: dict[str, Any], *, resume: bool) -> None:
+    """A new run needs an empty `--out`; `--resume` needs the run's own config (the keys
+    that decide its episodes equal to config.json's, which are named when they differ)."""
+    from opd_gym.runs import RunDirectory
+
+    run = RunDirectory(out)
+    if not resume:
+        if run.has_rows():
+            raise UserError(f"{run.trajectories} already has episodes: pass --resume to "
+                            "continue that run or choose another --out")
+        return
+    try:
+        before = run.read_config()
+    except OPDGymError as exc:
+        raise UserError(f"--resume: {exc}") from None
+    if before is None:
+        return
+    now = json.loads(json.dumps(config, default=str))  # as config.json would hold it
+    differ = sorted(key for key in set(before) & set(now)
+                    if key not in RESUME_MAY_CHANGE and before[key] != now[key])
+    if differ:
+        shown = "; ".join(f"{key}: {before[key]!r} in the run, {now[key]!r} now"
+                          for key in differ[:6])
+        raise UserError(f"--resume with a config that differs from {run.config_path} "
+                        f"({shown}): use the run's flags, or another --out for a new run")
 
 
 def _load_tasks(spec: Any):
@@ -281,7 +404,12 @@ def _load_tasks(spec: Any):
 
     shown = spec if isinstance(spec, str) else spec.get("source") or f"hf:{spec.get('dataset')}"
     try:
-        return resolve_tasks(spec)
+        tasks = resolve_tasks(spec)
+        skipped = getattr(tasks, "skipped", [])
+        if skipped:
+            print(f"opd-gym: skipped {len(skipped)} invalid task row(s) of {shown!r} "
+                  f"(first: {skipped[0]})", file=sys.stderr)
+        return tasks
     except FileNotFoundError as exc:
         raise UserError(
             f"no task source {shown!r}: give a suite name, task file or folder ({exc})"
@@ -296,8 +424,13 @@ def _load_tasks(spec: Any):
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    source = args.tasks if args.tasks_command != "validate" else args.path
-    tasks = _load_tasks(_tasks_spec(source, args.schema))
+    source = args.tasks
+    if args.tasks_command == "validate":  # `tasks validate FILE` (old form) or `--tasks FILE`
+        if args.path and args.tasks and args.path != args.tasks:
+            raise UserError("give the task source once: `--tasks SOURCE` (or the old "
+                            "positional form), not both")
+        source = args.tasks or args.path or "coding"
+    tasks = _load_tasks(_tasks_spec(source, args.schema, args.skip_invalid))
     if args.tasks_command == "list":
         width = max(len(t.id) for t in tasks)
         for task in tasks:
@@ -318,46 +451,34 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         ):
             print(f"{label}: {', '.join(sorted(files)) or '(none)'}")
         return 0
-    return _validate(tasks, args.sandbox)
+    return _validate(tasks, args.sandbox, args.workers)
 
 
-def _validate(tasks, sandbox: str) -> int:
-    """Grade every reference solution (must pass) and untouched starter (must not); a table."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def _validate(tasks, sandbox: str, workers: int = 4) -> int:
+    """Grade every task's untouched starter (must score 0), reference (must score 1.0) and a
+    wrong answer (the reference with perturbed answers: must score below 0.5, else its tests
+    check format only); print a table, rc 1 if any task fails a check."""
     from opd_gym.grading import Grader
     from opd_gym.sandboxes import make_pool
+    from opd_gym.tasks.validate import WRONG_LIMIT, check_tasks, table_header, table_row
 
-    def cell(report) -> str:
-        return f"{report.passed}/{report.total}" if report.total else "0/0"
-
+    if workers < 1:
+        raise UserError("--workers must be at least 1")
     width = max(8, *(len(t.id) for t in tasks))
-    print(f"{'task':<{width}}  {'reference':>9}  {'starter':>7}  verdict")
-    print(f"{'-' * width}  {'-' * 9}  {'-' * 7}  {'-' * 7}")
-    bad = 0
-    with make_pool(sandbox, size=2) as pool:
+    header = table_header(width)
+    print(header)
+    print("-" * len(header))
+    bad, format_only = 0, []
+    with make_pool(sandbox, size=workers) as pool:
         grader = Grader(pool)
-
-        def check(task):
-            ref = grader.grade(task, _encoded({**task.files, **task.solution}))
-            start = grader.grade(task, _encoded(task.files))
-            return task, ref, start
-
-        with ThreadPoolExecutor(2) as ex:
-            for task, ref, start in ex.map(check, tasks):
-                if not task.solution:
-                    verdict = "BAD: no reference solution"
-                elif ref.total == 0:
-                    verdict = "BAD: no test ran (collection error?)"
-                elif ref.score < 1.0:
-                    verdict = "BAD: reference fails"
-                elif start.score >= 1.0:
-                    verdict = "BAD: starter already passes"
-                else:
-                    verdict = "ok"
-                bad += verdict != "ok"
-                print(f"{task.id:<{width}}  {cell(ref):>9}  {cell(start):>7}  {verdict}",
-                      flush=True)
+        for check in check_tasks(tasks, grader.grade, workers=workers):
+            bad += not check.ok
+            if check.format_only:
+                format_only.append(check.task_id)
+            print(table_row(check, width), flush=True)
+    if format_only:
+        print(f"tests that check format only (a wrong answer scores >= {WRONG_LIMIT:g}): "
+              f"{', '.join(format_only)}")
     print(f"{len(tasks) - bad}/{len(tasks)} tasks valid")
     return 1 if bad else 0
 
@@ -403,12 +524,14 @@ TASKS_HELP = ("suite name, task folder, task or dataset file (JSONL/JSON/YAML/TO
               "or HumanEval, MBPP, APPS, CodeContests rows), or hf:NAME[@SPLIT]")
 SCHEMA_CHOICES = ["auto", "opd_gym", "humaneval", "mbpp", "apps", "code_contests"]
 SCHEMA_HELP = "the rows' schema (default: detected from the first row)"
+SKIP_HELP = "skip invalid task rows (how many is reported) instead of refusing the file"
 
 
 def build_parser() -> argparse.ArgumentParser:
     from opd_gym import specs
     from opd_gym.opd.config import OPDConfig
     from opd_gym.opd.scorer import SCOPES
+    from opd_gym.runs.interrupt import DEFAULT_GRACE_S
 
     OPD_DEFAULTS = OPDConfig()  # noqa: N806  (one default per option, shared with the API)
     SANDBOXES = list(specs.KINDS["sandbox"][0])  # noqa: N806
@@ -416,9 +539,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     roll = sub.add_parser("rollout", help="play episodes and write OPD-scored trajectories")
-    roll.add_argument("--episodes", type=int, default=8)
+    roll.add_argument("--episodes", type=_positive,
+                      help="episodes to play (default 8, or every task --repeat times)")
+    roll.add_argument("--repeat", type=_positive, default=1,
+                      help="rollouts per task in a row, each with its own seed (a group: "
+                      "the summary adds per-task mean/std and pass@k)")
     roll.add_argument("--tasks", default="coding", help=TASKS_HELP)
     roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
+    roll.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument(
@@ -441,13 +569,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="turn: each turn scored with its own hint; episode: one teacher "
                       "pass per episode with every hint in place (records at its end)")
     roll.add_argument("--no-opd", action="store_true", help="skip judging and teacher scoring")
-    roll.add_argument("--parallel", type=int, default=2)
+    roll.add_argument("--parallel", type=_positive, default=2)
     roll.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                       help="play on Ray: 'auto', a cluster address, or (no value) a local "
                       "cluster started here (extra 'ray'; see docs/ray.md)")
-    roll.add_argument("--workers", type=int, default=2, help="Ray worker actors (with --ray)")
-    roll.add_argument("--episodes-per-worker", type=int, default=2,
-                      help="episodes in flight per Ray worker (with --ray)")
+    roll.add_argument("--workers", type=_positive,
+                      help="Ray worker actors (with --ray; default 2)")
+    roll.add_argument("--episodes-per-worker", type=_positive,
+                      help="episodes in flight per Ray worker (with --ray; default 2)")
     roll.add_argument("--seed", type=int, default=0,
                       help="episode i uses seed+i (env and the policy's sampling)")
     roll.add_argument("--max-new-tokens", type=int, help="policy: tokens sampled per turn")
@@ -462,10 +591,15 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--teacher-device", help="hf:/vllm-engine: teacher device")
     roll.add_argument("--teacher-max-model-len", type=int,
                       help="hf:/vllm-engine: longest teacher input")
-    roll.add_argument("--max-turns", type=int, default=15)
+    roll.add_argument("--max-turns", type=_positive, default=15)
     roll.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     roll.add_argument("--out", help="output directory (default runs/<timestamp>)")
-    roll.add_argument("--resume", action="store_true", help="continue a run in --out")
+    roll.add_argument("--resume", action="store_true",
+                      help="continue the run in --out: play the episodes it has not played "
+                      "(missing, interrupted, infra errors); its flags must match config.json")
+    roll.add_argument("--grace", type=_seconds, default=DEFAULT_GRACE_S,
+                      help="after the first Ctrl-C, seconds running episodes may take to "
+                      f"finish before they are cancelled (default {DEFAULT_GRACE_S:g})")
     roll.add_argument("--log", choices=["jsonl", "wandb", "tensorboard"])
     roll.add_argument("--no-report", action="store_true", help="skip report.html")
     roll.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -476,14 +610,20 @@ def build_parser() -> argparse.ArgumentParser:
     tlist = tsub.add_parser("list", help="the tasks of a suite or file")
     tlist.add_argument("--tasks", default="coding", help=TASKS_HELP)
     tlist.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
+    tlist.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
     tshow = tsub.add_parser("show", help="one task's prompt and files")
     tshow.add_argument("id")
     tshow.add_argument("--tasks", default="coding", help=TASKS_HELP)
     tshow.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
-    tval = tsub.add_parser("validate", help="grade references (must pass) and starters (must not)")
-    tval.add_argument("path", help=TASKS_HELP)
+    tshow.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    tval = tsub.add_parser("validate", help="grade each task's starter (must score 0), "
+                           "reference (1.0) and a wrong answer (below 0.5)")
+    tval.add_argument("path", nargs="?", help="the task source (old form of --tasks)")
+    tval.add_argument("--tasks", help=TASKS_HELP + " (default coding)")
     tval.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
+    tval.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
     tval.add_argument("--sandbox", default="auto", choices=SANDBOXES)
+    tval.add_argument("--workers", type=int, default=4, help="gradings run at once")
     tasks.set_defaults(func=cmd_tasks)
 
     view = sub.add_parser("view", help="write (and open) the HTML report of a run")

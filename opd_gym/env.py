@@ -21,7 +21,7 @@ from opd_gym.episode import (  # noqa: F401  (end reasons, re-exported for old i
     EpisodeSettings,
 )
 from opd_gym.errors import ConfigError
-from opd_gym.grading import GradeReport
+from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
 from opd_gym.spaces import ModelOutput, UnicodeText
@@ -59,6 +59,8 @@ class CodingEnv(gym.Env[str, Any]):
         render_mode: "ansi" (render returns the transcript) or "human" (prints it).
         tool_format: how calls are written: "hermes" (default), "qwen3_coder", "llama3",
             "mistral", "deepseek" (`opd_gym.tools.formats`), or a tokenizer that decides.
+        grader: the `Grader` to use (share one between envs on one pool so each task is
+            calibrated once); default: one of this env's own, made with its pool.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -81,6 +83,7 @@ class CodingEnv(gym.Env[str, Any]):
         tools: Sequence[str] | None = None,
         render_mode: str | None = None,
         tool_format: Any = "hermes",
+        grader: Grader | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} "
@@ -95,6 +98,7 @@ class CodingEnv(gym.Env[str, Any]):
         self.observation_space, self.action_space = UnicodeText(), ModelOutput()
         self.pool: SandboxPool | None = sandbox if isinstance(sandbox, SandboxPool) else None
         self._owns_pool = self.pool is None
+        self.grader = grader
         self.episode: Episode | None = None
         self._printed = 0
         self._closed = False
@@ -108,7 +112,10 @@ class CodingEnv(gym.Env[str, Any]):
         task = pick_task(self.tasks, options or {}, self.np_random)
         if self.pool is None:
             self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
-        self.episode, self._printed = Episode(task, self.pool, self.settings), 0
+        if self.grader is None:
+            self.grader = Grader(self.pool)
+        self.episode = Episode(task, self.pool, self.settings, self.grader)
+        self._printed = 0
         if self.render_mode == "human":
             self.render()
         return self.episode.prompt, self.episode.info()

@@ -102,8 +102,12 @@ def task_prompt(task: Task) -> str:
 class Episode:
     """One episode of `task` in a sandbox taken from `pool`, played turn by turn with `play`."""
 
-    def __init__(self, task: Task, pool: SandboxPool, settings: EpisodeSettings) -> None:
+    def __init__(self, task: Task, pool: SandboxPool, settings: EpisodeSettings,
+                 grader: Grader | None = None) -> None:
         self.task, self.settings, self._pool = task, settings, pool
+        # One grader per env (or per run) keeps each task's calibration; a new one per
+        # episode would re-run the starter and the reference at every submit.
+        self._grader = grader if grader is not None else Grader(pool)
         self.sandbox: Sandbox | None = _prepared_sandbox(pool, task)
         self._executor = ToolExecutor(self.sandbox, default_timeout=settings.tool_timeout,
                                       max_timeout=settings.max_tool_timeout)
@@ -205,6 +209,10 @@ class Episode:
                 info["snapshot_skipped_count"] = self.snapshot_skipped_count
             if self.grade is not None:
                 info["grade"] = self.grade.to_dict()
+                if self.snapshot_skipped_count:
+                    # what the grade could not see is part of the grade, never a silent 0
+                    info["grade"]["not_carried"] = list(self.snapshot_skipped)
+                    info["grade"]["not_carried_count"] = self.snapshot_skipped_count
             if self.reward_breakdown is not None:
                 info["reward_breakdown"] = self.reward_breakdown.to_dict()
         return info
@@ -282,15 +290,16 @@ class Episode:
                 died = exc
             except SandboxError as exc:  # e.g. the helper refused: the episode still ends
                 died = SandboxDied(f"the workspace snapshot failed: {exc}")
-            else:
+            else:  # as much as the grading sandbox holds; what is left out is named
                 self.snapshot_skipped = list(getattr(files, "skipped", []))
                 self.snapshot_skipped_count = getattr(files, "skipped_count", 0)
                 self.release()
-                report = Grader(self._pool).grade(self.task, files)
+                report = self._grader.grade(self.task, files)
         self.release()
         self.grade = report
         if report is not None:
-            results = [dataclasses.replace(r, content=f"Submitted. {report.summary()}")
+            verdict = f"Submitted. {report.summary()}{self._not_carried_note()}"
+            results = [dataclasses.replace(r, content=verdict)
                        if r.name == SUBMIT and r.ok else r for r in results]
         self.reward_breakdown = compute_reward(
             report, self.results + results, turns=turns, max_turns=self.settings.max_turns,
@@ -299,8 +308,17 @@ class Episode:
         )
         return results, died
 
+    def _not_carried_note(self) -> str:
+        """What the snapshot could not carry to grading, for the agent's last message."""
+        count = self.snapshot_skipped_count
+        if not count:
+            return ""
+        shown = "; ".join(self.snapshot_skipped[:3]) + ("; ..." if count > 3 else "")
+        return f" {count} workspace path(s) were not carried to grading ({shown})."
+
     def _end_note(self, end_reason: str, died: BaseException | None) -> str:
-        verdict = f" {self.grade.summary()}" if self.grade is not None else ""
+        verdict = (f" {self.grade.summary()}{self._not_carried_note()}"
+                   if self.grade is not None else "")
         if end_reason == MAX_TURNS:
             return (f"[Episode over: the turn limit ({self.settings.max_turns}) was reached."
                     f"{verdict}]")

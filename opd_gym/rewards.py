@@ -2,11 +2,13 @@
 
 With `T` the assistant turns used, `M` the turn limit, and the calls of the episode in order:
 
-- correctness `c` = passed / total hidden tests (0 when grading failed: no tests, timeout...);
-  with `binary=True`, `c` = 1 if every hidden test passed, else 0.
-- efficiency `e` = c * (1 - (T - 1) / M): fewer turns is better, but only solved work
-  earns it, so giving up early is never rewarded.
-- tool_use `u` = 0 if no tool other than `submit` was called, else
+- correctness `c` = the grade's score (the share of the earning hidden tests passed, 0 when
+  grading failed: no tests, timeout, a broken gate...); with `binary=True`, `c` = 1 if every
+  hidden test passed, else 0. The untouched starter scores 0.
+- Nothing for nothing: the bonuses below are paid only for fully solved work (`c == 1`);
+  below that, efficiency and tool_use are 0, so partial or no work never earns a bonus.
+- efficiency `e` = 1 - (T - 1) / M when solved, else 0: fewer turns is better.
+- tool_use `u` = 0 unless solved or if no tool other than `submit` was called, else
   0.4 * [a write_file/edit_file call succeeded]
   + 0.4 * [a terminal command ran to completion after the last successful file change]
   + 0.2 * (1 - failed / attempted), where attempted counts every non-submit call plus every
@@ -68,20 +70,30 @@ class RewardBreakdown:
 
 
 def correctness(report: GradeReport | None, *, binary: bool = False) -> float:
+    """The grade's score in [0, 1] (all-or-nothing with `binary`); 0 without a grade."""
     if report is None:
         return 0.0
     return (1.0 if report.all_passed else 0.0) if binary else report.score
 
 
+def solved(correct: float) -> bool:
+    """Whether the work is fully solved, the only state that earns the bonus terms."""
+    return correct >= 1.0
+
+
 def efficiency(correct: float, turns: int, max_turns: int) -> float:
-    if max_turns <= 0:
+    """1 - (T - 1) / M for solved work (fewer turns is better), else 0."""
+    if max_turns <= 0 or not solved(correct):
         return 0.0
     spent = min(max(turns, 1), max_turns)
-    return correct * (1.0 - (spent - 1) / max_turns)
+    return 1.0 - (spent - 1) / max_turns
 
 
 def tool_use(results: Sequence[ToolResult], format_errors: int = 0) -> float:
-    """Score how the episode used the tools (see the module docstring for the formula)."""
+    """Score how the episode used the tools (see the module docstring for the formula).
+
+    This is the raw term; `compute_reward` pays it only when the work is solved.
+    """
     calls = [r for r in results if r.name != SUBMIT and r.error != SKIPPED]
     if not calls:
         return 0.0
@@ -105,10 +117,10 @@ def compute_reward(
     weights: RewardWeights | None = None,
     binary: bool = False,
 ) -> RewardBreakdown:
-    """The terminal reward of an episode and its terms."""
+    """The terminal reward of an episode and its terms (bonuses only for solved work)."""
     w = weights or RewardWeights()
     c = correctness(report, binary=binary)
     e = efficiency(c, turns, max_turns)
-    u = tool_use(results, format_errors)
+    u = tool_use(results, format_errors) if solved(c) else 0.0
     total = w.correctness * c + w.efficiency * e + w.tool_use * u
     return RewardBreakdown(correctness=c, efficiency=e, tool_use=u, total=total)

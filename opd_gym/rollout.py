@@ -2,24 +2,27 @@
 
 Episodes are numbered 0..N-1 (episode i plays task i mod len(tasks) with seed seed+i) and
 written to `trajectories.jsonl` as each finishes (fsync'd), so a killed run loses only the
-episodes in flight and `resume=True` plays just the ones missing.
+episodes in flight and `resume=True` plays just the ones not played (missing, unfinished,
+interrupted, or graded with an infra error).
+
+Ctrl-C (see `opd_gym.runs.interrupt`): the first stops new episodes and gives running ones
+`grace` seconds, then cancels them; their rows are marked interrupted. The summary is written
+either way, computed from every row of the run.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from opd_gym import specs
+from opd_gym.grading import Grader
 from opd_gym.opd.config import OPDConfig
-from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.runs import (
     SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: old import paths)
     TRAJECTORIES,  # noqa: F401
@@ -28,12 +31,17 @@ from opd_gym.runs import (
     RunSummary,
     read_trajectories,  # noqa: F401
 )
+from opd_gym.runs.config import RolloutConfig, plain_config
+from opd_gym.runs.core import build_agent, build_env, mark_interrupted, play_episode, unfinished_row
+from opd_gym.runs.interrupt import DEFAULT_GRACE_S, EpisodeInterrupted, Interrupt
 from opd_gym.tasks.resolve import resolve_tasks
-from opd_gym.wrappers.recorder import TrajectoryRecorder
+
+_plain_config = plain_config  # old private name (the Ray runner used it)
+CANCEL_WAIT_S = 30.0  # after cancelling, how long the runner waits for episodes to return
 
 
 def finished_episodes(path: Path) -> set[int]:
-    """Episode numbers already written completely (what `resume` skips)."""
+    """Episode numbers already played (what `resume` skips)."""
     return RunDirectory(path).done()
 
 
@@ -45,41 +53,6 @@ class _FromConfig:
 FROM_CONFIG: Any = _FromConfig()  # run_rollout(judge=...) default: the OPD config's judge
 
 
-@dataclass
-class RolloutConfig:
-    """Everything a rollout needs; plain data so it can be saved beside the results."""
-
-    out_dir: str
-    episodes: int = 8
-    tasks: Any = "coding"
-    task_ids: list[str] | None = None
-    sandbox: Any = "docker"
-    parallel: int = 1
-    seed: int = 0
-    max_turns: int = 15
-    resume: bool = False
-    opd: bool = True
-    opd_options: Mapping[str, Any] | OPDConfig = field(default_factory=dict)
-
-
-def _plain_config(config: RolloutConfig) -> dict[str, Any]:
-    """The rollout's settings as JSON-able data for summary.json (tasks by id, objects by a
-    short repr), so the report can show what produced the run."""
-    def plain(value: Any) -> Any:
-        if value is None or isinstance(value, bool | int | float | str):
-            return value
-        if isinstance(value, OPDConfig):
-            value = value.to_kwargs()
-        if isinstance(value, Mapping):
-            return {str(k): plain(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [plain(v) for v in value]
-        ident = getattr(value, "id", None)  # a Task by its id, never its files
-        return ident if isinstance(ident, str) else repr(value)[:200]
-
-    return {name: plain(getattr(config, name)) for name in config.__dataclass_fields__}
-
-
 def run_rollout(
     config: RolloutConfig,
     make_agent: Callable[[Any], Any],
@@ -88,6 +61,7 @@ def run_rollout(
     judge: Any = FROM_CONFIG,
     on_episode: Callable[[dict[str, Any], dict[str, float]], None] | None = None,
     progress: bool = True,
+    grace: float = DEFAULT_GRACE_S,
 ) -> RunSummary:
     """Play `config.episodes` episodes; `make_agent(env)` builds one agent per worker.
 
@@ -96,70 +70,143 @@ def run_rollout(
     whose defaults are the tiny teacher and the rule judge). They are validated
     before anything starts; a teacher built here from a spec is loaded once, shared by every
     worker and closed at the end; agents with a `close()` are closed by their worker.
+    Returns the summary of every row of the run (`.interrupted` when Ctrl-C stopped it); a
+    second Ctrl-C raises KeyboardInterrupt after writing that summary.
     """
     opd_config = _opd_config(config, teacher, judge) if config.opd else None
     run = RunDirectory(config.out_dir)
     done = run.open_for_run(resume=config.resume)
     todo = [i for i in range(config.episodes) if i not in done]
-    summary = RunSummary(skipped=config.episodes - len(todo), config=_plain_config(config))
-    lock = threading.Lock()
     started = time.perf_counter()
     tasks = resolve_tasks(config.tasks)
     task_ids = config.task_ids or [t.id for t in tasks]
+    failures: list[str] = []
+    running: set[int] = set()
+    lock = threading.Lock()
+    stop = Interrupt(grace, running=lambda: len(running))
     pool = specs.make_pool(config.sandbox, size=max(2, config.parallel + 1))
+    grader = Grader(pool)  # one per run: each task is calibrated once, whatever the slot
     owned: list[Any] = []  # what this job built from specs; closed in the finally below
+    queue = deque(todo)
+    live = RunSummary()  # running metrics for on_episode (the written summary recounts)
     bar = _progress(len(todo), progress)
+    setup_errors: list[BaseException] = []
 
-    def make_env() -> tuple[gym.Env, TrajectoryRecorder]:
-        env = gym.make("opd_gym/Coding-v0", tasks=tasks, sandbox=pool, max_turns=config.max_turns)
-        if opd_config is not None:
-            env = OPDWrapper(env, config=opd_config)
-        recorder = run.recorder(env)
-        return env, recorder
+    def record(row: EpisodeRow) -> None:
+        with lock:
+            run.append(row)
+            if row.played:
+                metrics = live.count(row)
+                data = row.to_dict()
+                if on_episode is not None:
+                    on_episode(data, metrics)
+                bar(data)
 
-    def play(worker_todo: list[int]) -> None:
-        env, recorder = make_env()
+    def _play(recorder: Any, agent: Any, i: int) -> None:
+        task_id, seed = config.plan(i, task_ids)
         try:
-            agent = make_agent(env)
-        except BaseException:
-            recorder.close()
-            raise
-        try:
-            for i in worker_todo:
-                try:
-                    row = _play_one(
-                        recorder, agent, i, task_ids[i % len(task_ids)], config.seed + i
-                    )
-                except Exception as exc:  # one broken episode must not end the run
-                    with lock:
-                        summary.failures.append(f"episode {i}: {type(exc).__name__}: {exc}")
-                    continue
+            row = play_episode(recorder, agent, i, task_id, seed, check=stop.check,
+                               on_turn=bar.turn)
+        except EpisodeInterrupted:
+            partial = unfinished_row(recorder, i,
+                                     why="the run was interrupted", interrupted=True)
+            if partial is not None:
+                record(partial)
+            return
+        except Exception as exc:  # one broken episode must not end the run
+            why = f"{type(exc).__name__}: {exc}"
+            partial = unfinished_row(recorder, i, why=why,
+                                     interrupted=stop.cancelled.is_set())
+            if not stop.cancelled.is_set():
                 with lock:
-                    metrics = summary.count(EpisodeRow.from_dict(row))
-                    if on_episode is not None:
-                        on_episode(row, metrics)
-                    bar(row)
-        finally:
-            _close(agent)
-            recorder.close()
+                    failures.append(f"episode {i}: {why}")
+            if partial is not None:
+                record(partial)
+            return
+        if stop.cancelled.is_set():  # it may have ended on a closed sandbox: not a result
+            row = mark_interrupted(row)
+        record(row)
 
+    def slot() -> None:
+        """A worker thread: its own env stack and agent, episodes from the queue until none is
+        left or the run stops."""
+        recorder = agent = None
+        try:
+            recorder = build_env(config, tasks=tasks, pool=pool, opd_options=opd_config,
+                                 grader=grader)
+            agent = build_agent(recorder, make_agent)
+            while not stop.stopping.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    i = queue.popleft()
+                    running.add(i)
+                try:
+                    _play(recorder, agent, i)
+                finally:
+                    with lock:
+                        running.discard(i)
+        except BaseException as exc:  # a worker that cannot start ends the run
+            setup_errors.append(exc)
+            stop.stopping.set()
+        finally:
+            if agent is not None:
+                _close(agent)
+            if recorder is not None:
+                recorder.close()
+
+    aborted = False
     try:
-        if opd_config is not None:  # loaded once, shared by every worker
-            built = specs.make_teacher(opd_config.teacher, **opd_config.teacher_options)
-            if built is not opd_config.teacher:
-                owned.append(built)
-            opd_config = opd_config.replace(teacher=built, teacher_options={})
-        shards = [todo[w :: max(config.parallel, 1)] for w in range(max(config.parallel, 1))]
-        with ThreadPoolExecutor(len(shards)) as workers:
-            for future in [workers.submit(play, shard) for shard in shards if shard]:
-                future.result()
+        with stop.installed():
+            try:
+                if opd_config is not None:  # loaded once, shared by every worker
+                    built = specs.make_teacher(opd_config.teacher, **opd_config.teacher_options)
+                    if built is not opd_config.teacher:
+                        owned.append(built)
+                    opd_config = opd_config.replace(teacher=built, teacher_options={})
+                threads = [threading.Thread(target=slot, name=f"opd-gym-episodes-{w}",
+                                            daemon=True)  # daemon: an abort does not wait
+                           for w in range(min(max(config.parallel, 1), len(todo)))]
+                for thread in threads:
+                    thread.start()
+                _wait(threads, stop, pool)
+            except KeyboardInterrupt:  # the second Ctrl-C: abort now
+                aborted = True
+                stop.cancel()
     finally:
         for obj in owned:
             _close(obj)
         pool.close()
-    summary.seconds = time.perf_counter() - started
+        bar.close()
+    if setup_errors and not aborted:
+        raise setup_errors[0]
+    summary = RunSummary.of_rows(
+        run.episodes(), repeat=config.repeat, skipped=len(done), failures=failures,
+        config=plain_config(config),
+        seconds=time.perf_counter() - started,
+        interrupted=aborted or stop.deadline is not None)
     run.write_summary(summary.to_dict())
+    if aborted:
+        raise KeyboardInterrupt
     return summary
+
+
+def _wait(threads: list[threading.Thread], stop: Interrupt, pool: Any) -> None:
+    """Wait for the worker threads in the main thread (so Ctrl-C reaches the handler). After
+    the grace period cancel the running episodes: each stops before its next turn, and closing
+    the pool makes its grading fail at once; wait at most CANCEL_WAIT_S more for them."""
+    give_up: float | None = None
+    while any(t.is_alive() for t in threads):
+        time.sleep(0.1)
+        if stop.overdue() and not stop.cancelled.is_set():
+            stop.say("grace period over: cancelling the running episodes")
+            stop.cancel()
+            give_up = time.monotonic() + CANCEL_WAIT_S
+            pool.close()
+        if give_up is not None and time.monotonic() > give_up:
+            stop.say(f"{sum(t.is_alive() for t in threads)} episode(s) did not return after "
+                     "cancelling; leaving them")
+            return
 
 
 def _opd_config(config: RolloutConfig, teacher: Any, judge: Any) -> OPDConfig:
@@ -181,47 +228,60 @@ def _close(obj: Any) -> None:
         close()
 
 
-def _play_one(
-    recorder: TrajectoryRecorder, agent: Any, episode: int, task_id: str, seed: int
-) -> dict[str, Any]:
-    recorder.extra = {"episode": episode}
-    observation, info = recorder.reset(seed=seed, options={"task_id": task_id})
-    if hasattr(agent, "seed_episode"):  # sampling depends on the episode, not the worker
-        agent.seed_episode(seed)
-    agent.reset(observation, info)
-    while True:
-        action = agent.act(observation, info)
-        observation, _, terminated, truncated, info = recorder.step(action)
-        if terminated or truncated:
-            return recorder.last_record
+def _play_one(recorder: Any, agent: Any, episode: int, task_id: str, seed: int
+              ) -> dict[str, Any]:
+    """Old private entry point: one episode's row as a dict (see `runs.core.play_episode`)."""
+    return play_episode(recorder, agent, episode, task_id, seed).to_dict()
 
 
-def _progress(total: int, enabled: bool) -> Callable[[Mapping[str, Any]], None]:
-    """A progress bar (tqdm when installed, else one line per episode on stderr)."""
-    import sys
+class _Progress:
+    """A progress bar (tqdm when installed, else a line per episode on stderr) that also
+    moves per turn, so slow policies show life between episodes."""
 
-    if not enabled:
-        return lambda row: None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        count = [0]
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self.count = total, enabled, 0
+        self.bar: Any = None
+        self._last_line = 0.0
+        if not enabled:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self.bar = tqdm(total=total, unit="ep", dynamic_ncols=True)
 
-        def line(row: Mapping[str, Any]) -> None:
-            count[0] += 1
-            print(
-                f"[{count[0]}/{total}] {row.get('task_id')}: reward "
-                f"{sum(row.get('rewards', [])):.2f}",
-                file=sys.stderr,
-            )
+    def __call__(self, row: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.count += 1
+        reward = f"{row.get('task_id')} r={EpisodeRow.from_dict(row).reward:.2f}"
+        if self.bar is None:
+            print(f"[{self.count}/{self.total}] {reward}", file=sys.stderr)
+            return
+        self.bar.set_postfix_str(reward, refresh=False)
+        self.bar.update(1)
 
-        return line
-    bar = tqdm(total=total, unit="ep", dynamic_ncols=True)
+    def turn(self, episode: int, turns: int) -> None:
+        """Episode `episode` finished turn `turns`."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"episode {episode} turn {turns}")
+            return
+        now = time.monotonic()
+        if now - self._last_line >= 5.0:  # a status line at most every 5 s
+            self._last_line = now
+            print(f"[{self.count}/{self.total}] episode {episode}: turn {turns}", file=sys.stderr)
 
-    def update(row: Mapping[str, Any]) -> None:
-        bar.set_postfix_str(f"{row.get('task_id')} r={sum(row.get('rewards', [])):.2f}")
-        bar.update(1)
-        if bar.n >= total:
-            bar.close()
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
-    return update
+
+def _progress(total: int, enabled: bool) -> _Progress:
+    """The run's progress display (see `_Progress`)."""
+    return _Progress(total, enabled)
+
+
+__all__ = ["FROM_CONFIG", "RolloutConfig", "finished_episodes", "run_rollout"]

@@ -140,6 +140,75 @@ def tokenizer(spec: Any) -> Any:
     return load_tokenizer(spec)
 
 
+def policy_tokenizer(spec: str) -> str | None:
+    """The tokenizer spec of a policy whose tokens are sampled here ("tiny", "smollm2",
+    "hf:PATH"), or replayed (the recorded run's policy); None for scripted policies (text
+    only: the teacher tokenizes it) and served ones (their client learns it from the server)."""
+    parsed = parse("policy", spec)
+    if parsed.scheme in MODEL_NAMES:
+        return parsed.scheme
+    if parsed.scheme == "replay":  # the recorded run's policy, from its config.json
+        import json
+        from pathlib import Path
+
+        config = Path(parsed.target).parent / "config.json"
+        try:
+            recorded = json.loads(config.read_text()).get("policy")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return policy_tokenizer(recorded) if isinstance(recorded, str) and \
+            not recorded.startswith("replay:") else None
+    return str(parsed) if parsed.scheme == "hf" else None
+
+
+def check_tokenizers(student: Any, teacher: Any, *, student_name: str = "",
+                     teacher_name: str = "") -> None:
+    """ConfigError in one line, naming both, unless ids under `student` mean the same under
+    `teacher` (vocabulary, special tokens, chat-template ids, a text round trip)."""
+    from opd_gym.opd.chat import check_same_tokenizer
+
+    def label(role: str, spec: Any, given: str) -> str:
+        name = given or (spec if isinstance(spec, str) else getattr(spec, "name_or_path", ""))
+        return f"{role} {name}".rstrip()
+
+    check_same_tokenizer(tokenizer(student), tokenizer(teacher),
+                         names=(label("the student's tokenizer", student, student_name),
+                                label("the teacher's", teacher, teacher_name)))
+
+
+def validate(role: str, spec: Any) -> None:
+    """Fail in one line naming `role` when a spec points at nothing: an hf:/vllm-engine: PATH
+    without a model folder, or a vllm:/openai: URL that does not answer. Names and objects
+    pass (they are built or were given)."""
+    if isinstance(spec, Mapping):
+        spec = spec.get("spec")
+    if not isinstance(spec, str):
+        return
+    kind = "policy" if role == "policy" else ("judge" if role == "judge" else "teacher")
+    parsed = parse(kind, spec)
+    if parsed.scheme in ("hf", "vllm-engine"):
+        import os
+
+        path = os.path.expanduser(parsed.target)
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            what = "no such folder" if not os.path.isdir(path) else "a folder without config.json"
+            raise ConfigError(f"the {role} {spec!r}: {what}; give the path of a transformers "
+                              "model folder (config.json, weights, tokenizer), or a name "
+                              f"({', '.join(MODEL_NAMES)})")
+    elif parsed.scheme in ("vllm", "openai"):
+        from opd_gym.errors import ModelError
+        from opd_gym.models.client import ModelClient
+
+        url = parsed.target
+        root = parsed.scheme == "openai"
+        try:
+            with ModelClient(url, timeout=10.0, retries=0, api_root=root) as client:
+                client.models()
+        except ModelError as exc:
+            raise ConfigError(f"the {role} server {url} does not answer ({exc}); start it, or "
+                              f"fix the {role} URL") from None
+
+
 # -- teachers --------------------------------------------------------------------------------
 TEACHER_OPTIONS_APPLY = ("tiny", "smollm2", "auto", "hf", "vllm-engine")
 MODEL_OPTIONS = ("dtype", "device", "max_model_len")  # how a model is loaded, not served
@@ -331,7 +400,10 @@ __all__ = [
     "make_teacher",
     "model_path",
     "parse",
+    "check_tokenizers",
+    "policy_tokenizer",
     "resolve_model",
+    "validate",
     "sandbox_backend",
     "tokenizer",
 ]

@@ -49,7 +49,7 @@ PROTOCOL = 2
 MAX_TIMEOUT = 86400.0
 MAX_MESSAGE = 1000  # characters of an error message
 MAX_LS_ENTRIES = 2000
-MAX_DEPTH = 64  # directory levels a snapshot descends
+MAX_DEPTH = 256  # directory levels a snapshot descends
 MAX_PATH_BYTES = 4096  # longer snapshot paths are skipped
 MAX_WALK_ENTRIES = 200000  # a snapshot looks at no more entries than this
 MAX_SKIPPED = 100  # skipped-path notes returned (the count is always exact)
@@ -764,7 +764,10 @@ class _Skips:
         self.count += 1
         if len(self.notes) < MAX_SKIPPED:
             note = f"{rel}: {reason}"
-            self.notes.append(note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 3] + "...")
+            if len(note) > MAX_NOTE:  # shorten the path, never the reason
+                reason = reason[: MAX_NOTE // 2]
+                note = f"{rel[: MAX_NOTE - len(reason) - 5]}...: {reason}"
+            self.notes.append(note)
 
 
 def _walk(skips):
@@ -814,74 +817,137 @@ def _walk(skips):
     return found
 
 
-def _read_snapshot_file(parts, limit):
+def _open_snapshot_file(parts):
+    """A read-only fd of the regular file at workspace-relative `parts`, or None."""
     fd = _open_dir_nofollow(parts[:-1])
     try:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         fd2 = os.open(parts[-1], flags, dir_fd=fd)
     finally:
         os.close(fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd2).st_mode):
-            return None
-        return _read_fd(fd2, limit)
-    finally:
+    if not stat.S_ISREG(os.fstat(fd2).st_mode):
         os.close(fd2)
+        return None
+    return fd2
+
+
+def _snapshot_plan(max_bytes, max_files, max_file, skips):
+    """The files a snapshot carries, [(rel, parts, size)] sorted by path, noting the rest.
+
+    Files over the per-file limit and unreadable files are left out; then the smallest files
+    go first until the count or byte budget is used up, so one huge file never costs the
+    many small ones (the solution) their place.
+    """
+    candidates = []
+    for parts, size in _walk(skips):
+        rel = "/".join(parts)
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            skips.add(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                      "the name is not valid UTF-8")
+            continue
+        if len(rel.encode("utf-8")) > MAX_PATH_BYTES:
+            skips.add(rel[:100] + "...", f"path longer than {MAX_PATH_BYTES} bytes")
+        elif size > max_file:
+            skips.add(rel, f"{size} bytes, over the {max_file}-byte per-file limit")
+        else:
+            candidates.append((size, rel, parts))
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    plan, used = [], 0
+    for size, rel, parts in candidates:
+        if len(plan) >= max_files or used + size > max_bytes:
+            skips.add(rel, f"over the snapshot limit ({max_files} files, {max_bytes} bytes)")
+            continue
+        try:
+            fd = _open_snapshot_file(parts)
+        except OSError as exc:
+            skips.add(rel, f"not readable ({os.strerror(exc.errno or 0)})")
+            continue
+        if fd is None:
+            skips.add(rel, "not a regular file")
+            continue
+        os.close(fd)
+        plan.append((rel, parts, size))
+        used += size
+    plan.sort(key=lambda c: c[1])
+    return plan
+
+
+def _read_at(parts, offset, want):
+    """`want` bytes of the file at `parts` from `offset` (fewer if it shrank), or None."""
+    try:
+        fd = _open_snapshot_file(parts)
+    except OSError:
+        return None
+    if fd is None:
+        return None
+    try:
+        chunks, got = [], 0
+        while got < want:
+            chunk = os.pread(fd, min(1 << 20, want - got), offset + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def op_snapshot(req):
-    """Every regular file of the workspace (no symlinks), within size, count and depth limits.
+    """One page of a snapshot of every regular file of the workspace (no symlinks).
 
-    Files over the per-file limit (the largest file the sandbox's write_file accepts) are
-    left out with a note; then the smallest files go first until the count or byte budget
-    (which counts each path too) is used up. With `stop` (the default) every agent process
-    is killed first, so nothing changes the workspace during or after the snapshot.
+    The files carried are fixed by `_snapshot_plan` (count, byte and per-file limits); a page
+    holds `chunks` [path, offset, size, base64 data] in path order, at most `page_bytes` of
+    data and path text, starting at `cursor` [index, path, offset] and naming the `next`
+    cursor (null after the last), so a workspace as large as the sandbox's disk crosses in
+    bounded replies and a file larger than a page crosses in pieces. A file that cannot be
+    read when its turn comes is sent short; the host drops it with a note. With `stop` (sent
+    with the first page) every agent process is killed first, so nothing changes the
+    workspace during or after the snapshot.
     """
-    max_bytes = _int(req, "max_bytes", 32 << 20, 0, 1 << 31)
-    max_files = _int(req, "max_files", 2000, 0, 1 << 20)
-    max_file = _int(req, "max_file_bytes", 10 << 20, 0, 1 << 31)
+    max_bytes = _int(req, "max_bytes", 256 << 20, 0, 1 << 40)
+    max_files = _int(req, "max_files", 100000, 0, 1 << 22)
+    max_file = _int(req, "max_file_bytes", max_bytes, 0, 1 << 40)
+    page = _int(req, "page_bytes", 8 << 20, 1 << 16, 1 << 30)
+    cursor = req.get("cursor") or [0, "", 0]
+    if (not isinstance(cursor, list) or len(cursor) != 3 or not isinstance(cursor[1], str)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                       for v in (cursor[0], cursor[2]))):
+        raise Refused("protocol", "bad request: cursor must be [index, path, offset]")
+    index, path, offset = cursor
     if req.get("stop", True):
         kill_agent()
     skips = _Skips()
-    files, used = {}, 0
+    chunks = []
     with AS_AGENT:
-        candidates = []
-        for parts, size in _walk(skips):
-            rel = "/".join(parts)
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:
-                skips.add(rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
-                          "the name is not valid UTF-8")
-                continue
-            if len(rel.encode("utf-8")) > MAX_PATH_BYTES:
-                skips.add(rel[:100] + "...", f"path longer than {MAX_PATH_BYTES} bytes")
-            elif size > max_file:
-                skips.add(rel, f"{size} bytes, over the {max_file}-byte per-file limit")
+        plan = _snapshot_plan(max_bytes, max_files, max_file, skips)
+        if index > len(plan) or (index < len(plan) and offset and plan[index][0] != path):
+            raise Refused("protocol", "the workspace changed while the snapshot was taken")
+        budget = page
+        while index < len(plan) and budget > 0:
+            rel, parts, size = plan[index]
+            cost = len(json.dumps(rel)) + 32
+            if chunks and cost >= budget:
+                break
+            budget -= cost
+            want = max(0, min(size - offset, budget))
+            data = _read_at(parts, offset, want) if want else b""
+            if data is None:  # unreadable now: sent short, the host notes it
+                data, want = b"", size - offset
+            chunks.append([rel, offset, size, base64.b64encode(data).decode("ascii")])
+            budget -= len(data)
+            if len(data) < want or offset + len(data) >= size:
+                index, offset = index + 1, 0
             else:
-                candidates.append((size, rel, parts))
-        candidates.sort(key=lambda c: (c[0], c[1]))
-        for size, rel, parts in candidates:
-            cost = size + len(json.dumps(rel)) + 8
-            if len(files) >= max_files or used + cost > max_bytes:
-                skips.add(rel, f"over the snapshot limit ({max_files} files, {max_bytes} bytes)")
-                continue
-            try:
-                data = _read_snapshot_file(parts, max_file)
-            except OSError as exc:
-                skips.add(rel, f"not readable ({os.strerror(exc.errno or 0)})")
-                continue
-            if data is None or len(data) > max_file:
-                skips.add(rel, "changed while the snapshot was taken")
-                continue
-            cost = len(data) + len(json.dumps(rel)) + 8
-            if used + cost > max_bytes:
-                skips.add(rel, f"over the snapshot limit ({max_files} files, {max_bytes} bytes)")
-                continue
-            files[rel] = base64.b64encode(data).decode("ascii")
-            used += cost
-    return {"files": dict(sorted(files.items())), "skipped": skips.notes,
-            "skipped_count": skips.count}
+                offset += len(data)
+    following = [index, plan[index][0], offset] if index < len(plan) else None
+    return {"chunks": chunks, "next": following, "skipped": skips.notes,
+            "skipped_count": skips.count, "files": len(plan),
+            "bytes": sum(size for _, _, size in plan)}
 
 
 def op_ping(req):

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Build the sandbox root filesystem offline (no container registry needed): Debian bookworm
-# minbase with python3, pytest, bash and coreutils, from this machine's configured Debian mirror.
+# minbase with python3, bash and coreutils from this machine's configured Debian mirror, plus the
+# pinned Python packages of grading-requirements.txt (pytest 8 and friends) installed from the
+# wheel cache that scripts/setup.sh fills (`pip download --require-hashes`), with no network.
 # Usage: build_rootfs.sh OUTDIR   (needs root and debootstrap)
 set -euo pipefail
 out=${1:?usage: build_rootfs.sh OUTDIR}
+here=$(cd "$(dirname "$0")" && pwd)
+requirements="$here/grading-requirements.txt"
+wheels=${OPD_GYM_SANDBOX_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/opd_gym/sandbox-wheels}
+pip_wheel=$(ls "$wheels"/pip-*-py3-none-any.whl 2>/dev/null | head -n 1 || true)
+if [ -z "$pip_wheel" ]; then
+  echo "no sandbox wheels in $wheels: run scripts/setup.sh (it downloads $requirements)" >&2
+  exit 2
+fi
 mirror=${OPD_GYM_DEBIAN_MIRROR:-}
 if [ -z "$mirror" ]; then
   # Reuse the mirror apt already uses here (deb822 .sources first, then one-line .list files).
@@ -16,7 +26,20 @@ fi
 [ -n "$mirror" ] || { echo "no Debian mirror found in apt sources; set OPD_GYM_DEBIAN_MIRROR" >&2; exit 2; }
 tmp="$out.partial"
 rm -rf "$tmp"
-debootstrap --variant=minbase --include=python3,python3-pytest,procps bookworm "$tmp" "$mirror" >&2
+debootstrap --variant=minbase --include=python3,procps bookworm "$tmp" "$mirror" >&2
+# The image's own python3 installs the wheels (chroot), so markers and paths are the image's:
+# /usr/local/lib/python3.11/dist-packages, ahead of Debian's dist-packages on sys.path.
+stage="$tmp/tmp/opd-gym-wheels"
+mkdir -p "$stage"
+cp "$wheels"/*.whl "$requirements" "$stage/"
+chroot "$tmp" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 \
+  "/tmp/opd-gym-wheels/$(basename "$pip_wheel")/pip" install -q --no-index --no-compile \
+  --find-links /tmp/opd-gym-wheels --require-hashes --break-system-packages \
+  --root-user-action=ignore --disable-pip-version-check --no-cache-dir \
+  -r /tmp/opd-gym-wheels/grading-requirements.txt >&2
+rm -rf "$stage"
+chroot "$tmp" /usr/bin/python3 -c 'import pytest, pytest_reportlog; assert pytest.__version__.startswith("8.")' \
+  || { echo "the rootfs python3 does not import pytest 8 after the wheel install" >&2; exit 1; }
 mkdir -p "$tmp/workspace"
 chown 1000:1000 "$tmp/workspace"
 rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*

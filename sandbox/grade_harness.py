@@ -1,747 +1,71 @@
-"""opd_gym grading harness: runs the hidden tests in its own process, the agent's code elsewhere.
+"""opd_gym grading harness (version 2): each variant of the hidden tests runs with the solution
+in one plain pytest process, under the agent's uid; outcomes come back through a pipe.
 
-Started by the host in the grading sandbox under a uid the agent's code never has (root in the
-Docker backend, with only the capabilities to start and kill processes of the agent's uid).
-It reads one JSON request on stdin (the hidden test files, the runner's source, the agent's
-uid, the time budget), writes the tests into a directory only it can read, and runs pytest
-in-process on them. Modules of the agent's workspace that the tests import become proxies:
-each attribute access, call or operator is a request to `grade_runner.py`, a child process
-running under the agent's uid, and what comes back is plain data or an opaque handle.
-Comparisons therefore happen here, on values the agent's code cannot give behaviour to.
+Started by the host with `python3 -I -c` in the grading sandbox (Docker: as root, whose only
+capabilities are SETUID, SETGID and KILL; bubblewrap/local: as the agent's own uid). It reads
+one JSON request on stdin (see docs and `opd_gym/grading/launch.py`: workspace, agent_uid,
+timeout, ini, args, variants) and writes one JSON verdict line on stdout.
 
-The verdict (per-test outcomes and the collected ids) goes to this process's stdout, which
-only the host reads: the agent's processes cannot write to it, cannot signal or trace this
-process, and cannot read the tests. Standard library plus pytest; Python 3.8+.
+How a variant runs. For each variant the harness builds a fresh tree: a copy of the workspace
+without the files that steer collection or start-up (conftest.py, sitecustomize.py,
+usercustomize.py, *.pth, __pycache__/, and __init__.py in directories holding hidden tests),
+with the variant's files laid over it. Trees and the ini file belong to the harness and are
+read-only, under a folder with random names that the agent's uid may enter but not list.
+Before it reads the request, the harness imports pytest (once, for all variants) and forks a
+"zygote" whose memory never holds the request (so no variant can find the other variant's
+tests in it); the zygote forks one child per variant, in random order, which drops to the
+agent's uid (Docker), clears its environment, enters the tree and calls `pytest.main` with the
+task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
+`--continue-on-collection-errors`. A small plugin writes one JSON line per finished test to an
+inherited pipe (fd 3). The harness reads every variant's pipes concurrently with a
+byte cap, kills a variant at its timeout, then kills every process of the agent's uid (and all
+its own descendants), and trusts nothing the children say beyond those lines: a missing line
+is a missing test. Standard library plus pytest (7.2 and 8.x); Python 3.10+.
 """
 
-import base64
-import builtins
-import collections
-import datetime
-import decimal
-import fractions
-import importlib.abc
-import importlib.machinery
 import json
+import os
+import sys
+
+MAX_VARIANTS = 4
+MAX_REQUEST = 256 << 20
+MAX_RESULT_BYTES = 32 << 20  # outcome lines read per variant
+MAX_OUTPUT_BYTES = 64 << 20  # pytest output read per variant (only the tail is kept)
+OUTPUT_TAIL = 8000
+MESSAGE_CHARS = 500
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+RESULT_FD = 3
+DROPPED_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
+RESERVED_DIR = ".opd_grade"  # the host's own folder in the workspace (bwrap/local launches)
+MAX_DEPTH = 256  # as deep as the workspace snapshot carries (sandbox/agentd.py)
+
+OPD_GRADING_SOURCE = r'''"""What hidden tests use beyond importing the solution: programs and files.
+
+Installed by the opd_gym grading harness ahead of the test tree; everything runs in the test's
+own process and uid, relative to the tree (a copy of the agent's workspace).
+"""
+
 import os
 import pathlib
 import select
-import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import types
 
-MAX_MESSAGE = 16 << 20
 MAX_PROGRAM_OUTPUT = 16 << 20
-MESSAGE_CHARS = 500
-NOT_MIRRORED = {"KeyboardInterrupt", "GeneratorExit"}
-SAFE_BUILTINS = {
-    "int", "float", "str", "bytes", "bool", "list", "tuple", "dict", "set", "frozenset",
-    "complex", "bytearray", "object", "range", "len", "abs", "min", "max", "sum", "sorted",
-    "repr", "round", "divmod", "all", "any", "ord", "chr", "hash", "bin", "hex", "oct",
-}
-IMPORT_SYSTEM_NAMES = {"__path__", "__spec__", "__loader__", "__package__", "__file__",
-                       "__cached__", "__builtins__", "__all__", "__getattr__", "__dict__",
-                       "__wrapped__", "__class__"}
-PLAIN_KINDS = {"int", "float", "str", "bytes", "tuple", "list", "dict", "frozenset", "set"}
+WORKSPACE = os.getcwd()  # set to the tree by the harness
 
 
 class GradingAbort(BaseException):
-    """The solution's process broke the protocol (died, hung, sent garbage): the test fails.
+    """A program of the solution hung or flooded its output: the test fails.
 
-    Derived from BaseException so that no `pytest.raises(Exception)` in a hidden test can
-    mistake a crash of the agent's code for the exception the test expects.
+    A BaseException, so no `pytest.raises(Exception)` mistakes it for the expected error.
     """
 
 
-class Budget:
-    """The one deadline of the whole test run; every wait on the agent's code respects it."""
-
-    def __init__(self, seconds):
-        self.deadline = time.monotonic() + seconds
-        self.seconds = seconds
-        self.exhausted = False
-
-    def left(self):
-        return self.deadline - time.monotonic()
-
-
-class AgentProcesses:
-    """Starts the agent's code under its uid and kills every process of that uid on demand."""
-
-    def __init__(self, uid, workspace):
-        self.uid = uid
-        self.workspace = workspace
-        self.spared = set(self._pids()) if uid is not None else set()
-
-    def _pids(self):
-        """Live (not zombie) processes of the agent's uid."""
-        pids = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    if os.stat("/proc/" + name).st_uid != self.uid:
-                        continue
-                    with open(f"/proc/{name}/stat", "rb") as fh:
-                        state = fh.read().rpartition(b")")[2].split()[0]
-                except (OSError, IndexError):
-                    continue
-                if state != b"Z":
-                    pids.append(int(name))
-        return pids
-
-    def popen(self, argv, **kwargs):
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workspace,
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONHASHSEED": "0"}
-        if self.uid is not None:
-            kwargs.update(user=self.uid, group=self.uid, extra_groups=[])
-        return subprocess.Popen(argv, cwd=self.workspace, env=env, start_new_session=True,
-                                close_fds=True, **kwargs)
-
-    def kill_all(self, proc=None):
-        """Kill the agent's processes: all of its uid (setsid cannot escape), else `proc`'s."""
-        if self.uid is None:
-            if proc is not None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        else:
-            for _ in range(50):  # repeat: a fork loop can add processes while we kill
-                pids = [p for p in self._pids() if p not in self.spared and p != 1]
-                if not pids:
-                    break
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                if proc is not None:
-                    try:
-                        proc.wait(timeout=0.2)  # our child: reap it, it is no zombie then
-                    except subprocess.TimeoutExpired:
-                        pass
-                time.sleep(0.002)
-        if proc is not None:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def read_message(fd, buffer, budget):
-    """One JSON line from `fd` within the budget; GradingAbort on EOF, overflow or garbage."""
-    while b"\n" not in buffer:
-        left = budget.left()
-        if left <= 0:
-            budget.exhausted = True
-            raise GradingAbort("the solution's code did not answer within the time budget "
-                               f"({budget.seconds:.0f} s for the whole test run)")
-        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            raise GradingAbort("the solution's process exited")
-        buffer += chunk
-        if len(buffer) > MAX_MESSAGE and b"\n" not in buffer:
-            raise GradingAbort("the solution's process sent an oversized message")
-    line, _, rest = bytes(buffer).partition(b"\n")
-    buffer[:] = rest
-    try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):
-        raise GradingAbort("the solution's process sent a malformed message") from None
-    if not isinstance(message, dict):
-        raise GradingAbort("the solution's process sent a malformed message")
-    return message
-
-
-class Channel:
-    """The harness end of the runner protocol: requests out, plain data and handles back."""
-
-    def __init__(self, source, processes, budget):
-        self.source = source
-        self.processes = processes
-        self.budget = budget
-        self.proc = None
-        self.ready = False
-        self.buffer = bytearray()
-        self.generation = 0
-        self.proxies = {}
-        self.classes = {}
-        self.callbacks = []
-        self.tests_root = ""  # objects defined in modules under it may be passed by callback
-
-    # -- lifecycle ----------------------------------------------------------------------
-    def spawn(self):
-        """Start the solution's process without waiting for it (it boots while pytest loads)."""
-        self.generation += 1
-        self.proxies, self.classes, self.buffer = {}, {}, bytearray()
-        argv = [sys.executable, "-I", "-c", self.source]
-        self.proc = self.processes.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL)
-        self.ready = False
-
-    def start(self):
-        if self.proc is not None and self.ready and self.proc.poll() is None:
-            return
-        if self.budget.left() <= 0:
-            self.budget.exhausted = True
-            raise GradingAbort("the time budget of the test run is spent")
-        if self.proc is None:
-            self.spawn()
-        try:
-            ready = read_message(self.proc.stdout.fileno(), self.buffer, self.budget)
-        except GradingAbort:
-            self.stop()
-            raise
-        if "ready" not in ready:
-            self.stop()
-            raise GradingAbort("the solution's process did not start")
-        self.ready = True
-
-    def stop(self):
-        """Kill the solution's process; every handle into it is void from now on."""
-        self.generation += 1
-        self.proxies, self.classes = {}, {}
-        if self.proc is not None:
-            self.processes.kill_all(self.proc)
-            for stream in (self.proc.stdin, self.proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            self.proc = None
-            self.ready = False
-
-    # -- requests -----------------------------------------------------------------------
-    def request(self, message):
-        self.start()
-        try:
-            self.proc.stdin.write(json.dumps(message).encode("utf-8", "surrogatepass") + b"\n")
-            self.proc.stdin.flush()
-            while True:
-                reply = read_message(self.proc.stdout.fileno(), self.buffer, self.budget)
-                if "cb" in reply:
-                    self._callback(reply)
-                    continue
-                break
-        except GradingAbort:
-            self.stop()
-            raise
-        except OSError:
-            self.stop()
-            raise GradingAbort("the solution's process is gone") from None
-        out = reply.get("out")
-        if isinstance(out, str):
-            sys.stdout.write(out)
-        if "ok" in reply:
-            return self.decode(reply["ok"])
-        error = reply.get("err")
-        if not isinstance(error, dict):
-            raise GradingAbort("the solution's process sent a reply of unknown shape")
-        raise self.rebuild_error(error)
-
-    def _callback(self, message):
-        try:
-            index = message["cb"]
-            target = self.callbacks[index] if type(index) is int and index >= 0 else None
-            if target is None:
-                raise GradingAbort("unknown callback")
-            args = [self.decode(a) for a in message.get("args", [])]
-            kwargs = {str(k): self.decode(v) for k, v in dict(message.get("kwargs", {})).items()}
-            op = message.get("op", "call")
-            if op not in HARNESS_OPS:
-                raise GradingAbort("a callback asked for an operation that is not allowed")
-        except GradingAbort:
-            raise
-        except Exception:
-            raise GradingAbort("the solution's process sent a malformed callback") from None
-        try:
-            if op == "getattr" and not (args and isinstance(args[0], str)
-                                        and not args[0].startswith("_")):
-                raise AttributeError("only public attributes of the tests' objects")
-            if op == "call":
-                result = target(*args, **kwargs)
-            else:
-                result = HARNESS_OPS[op](target, *args)
-            reply = {"cbr": self.encode(result)}
-        except Exception as exc:
-            reply = {"cbe": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
-        self.proc.stdin.write(json.dumps(reply).encode("utf-8", "surrogatepass") + b"\n")
-        self.proc.stdin.flush()
-
-    def call(self, op, **fields):
-        fields["op"] = op
-        return self.request(fields)
-
-    # -- harness values -> wire ---------------------------------------------------------
-    def ref_of(self, obj):
-        ref = object.__getattribute__(obj, "__dict__").get("_opd_ref")
-        if ref is None or ref[0] != self.generation:
-            raise GradingAbort("this object belonged to a process of the solution that was "
-                               "restarted (after a crash or a timeout)")
-        return {"$": "ref", "id": ref[1]}
-
-    def encode(self, value, depth=0):
-        kind = type(value)
-        if value is None or kind in (bool, int, float, str):
-            if kind is float and (value != value or value in (float("inf"), float("-inf"))):
-                return {"$": "float", "v": repr(value)}
-            return value
-        if depth > 900:
-            raise TypeError("the value is nested too deeply to pass to the solution's code")
-        nested = depth + 1
-        if isinstance(value, (RemoteObject, RemoteModule)) or isinstance(value, RemoteMeta):
-            return self.ref_of(value)
-        if isinstance(value, BaseException) and "_opd_ref" in getattr(value, "__dict__", {}):
-            return self.ref_of(value)
-        if kind is list:
-            return [self.encode(v, nested) for v in value]
-        if kind is tuple:
-            return {"$": "tuple", "v": [self.encode(v, nested) for v in value]}
-        if kind in (dict, collections.OrderedDict, collections.Counter, collections.defaultdict):
-            tag = {collections.OrderedDict: "odict", collections.Counter: "counter"}.get(kind,
-                                                                                       "dict")
-            return {"$": tag, "v": [[self.encode(k, nested), self.encode(v, nested)]
-                                    for k, v in value.items()]}
-        if kind in (set, frozenset, collections.deque):
-            return {"$": kind.__name__, "v": [self.encode(v, nested) for v in value]}
-        if kind in (bytes, bytearray):
-            return {"$": kind.__name__, "v": base64.b64encode(bytes(value)).decode("ascii")}
-        if kind is complex:
-            return {"$": "complex", "v": [repr(value.real), repr(value.imag)]}
-        if kind is decimal.Decimal:
-            return {"$": "decimal", "v": str(value)}
-        if kind is fractions.Fraction:
-            return {"$": "fraction", "v": [str(value.numerator), str(value.denominator)]}
-        if kind is range:
-            return {"$": "range", "v": [value.start, value.stop, value.step]}
-        if kind in (datetime.date, datetime.datetime, datetime.time):
-            return {"$": kind.__name__, "v": value.isoformat()}
-        if kind is datetime.timedelta:
-            return {"$": "timedelta", "v": [value.days, value.seconds, value.microseconds]}
-        name = getattr(value, "__name__", None)
-        if isinstance(name, str) and getattr(builtins, name, None) is value:
-            return {"$": "builtin", "v": name}
-        if isinstance(value, types.ModuleType):
-            raise TypeError("a module cannot be passed to the solution's code")
-        if self._of_the_tests(value):
-            self.callbacks.append(value)
-            tag = "cb" if callable(value) else "hobj"
-            return {"$": tag, "id": len(self.callbacks) - 1}
-        raise TypeError(f"a {kind.__name__} object cannot be passed to the solution's code "
-                        "(only plain data, callables and the solution's own objects)")
-
-    def _of_the_tests(self, value):
-        """Whether the solution may reach `value` through callbacks: objects, functions and
-        bound methods the hidden tests define, and methods of pure builtin types (str.lower).
-        Nothing else of the harness (os.system, its own functions) is ever handed out."""
-        owner = getattr(value, "__self__", None)
-        if owner is not None and not isinstance(owner, types.ModuleType):
-            return self._of_the_tests(owner) or type(owner).__name__ in SAFE_BUILTINS
-        if getattr(getattr(value, "__objclass__", None), "__name__", None) in SAFE_BUILTINS:
-            return True
-        if isinstance(value, type):
-            return self._test_module(value.__module__)
-        module = getattr(value, "__module__", None) if callable(value) else None
-        return self._test_module(module or type(value).__module__)
-
-    def _test_module(self, name):
-        """Whether module `name` is one of the hidden test files (or a helper beside them)."""
-        path = getattr(sys.modules.get(name) if isinstance(name, str) else None, "__file__", "")
-        return bool(self.tests_root) and str(path or "").startswith(self.tests_root)
-
-    # -- wire -> harness values (validated) ---------------------------------------------
-    def decode(self, value):
-        try:
-            return self._decode(value)
-        except GradingAbort:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError,
-                OverflowError, decimal.InvalidOperation) as exc:
-            name = type(exc).__name__
-            raise GradingAbort(f"the solution's process sent malformed data ({name})") from None
-
-    def _decode(self, value):
-        kind = type(value)
-        if value is None or kind in (bool, int, float, str):
-            return value
-        if kind is list:
-            return [self._decode(v) for v in value]
-        if kind is not dict:
-            raise TypeError(kind.__name__)
-        tag, v = value.get("$"), value.get("v")
-        simple = {
-            "tuple": lambda: tuple(self._decode(x) for x in v),
-            "set": lambda: set(self._decode(x) for x in v),
-            "frozenset": lambda: frozenset(self._decode(x) for x in v),
-            "deque": lambda: collections.deque(self._decode(x) for x in v),
-            "dict": lambda: {self._decode(k): self._decode(x) for k, x in v},
-            "odict": lambda: collections.OrderedDict((self._decode(k), self._decode(x))
-                                                     for k, x in v),
-            "counter": lambda: collections.Counter({self._decode(k): self._decode(x)
-                                                    for k, x in v}),
-            "bytes": lambda: base64.b64decode(str(v), validate=True),
-            "bytearray": lambda: bytearray(base64.b64decode(str(v), validate=True)),
-            "float": lambda: float({"nan": "nan", "inf": "inf", "-inf": "-inf"}[v]),
-            "bigint": lambda: int(str(v), 16),
-            "complex": lambda: complex(float(v[0]), float(v[1])),
-            "decimal": lambda: decimal.Decimal(str(v)),
-            "fraction": lambda: fractions.Fraction(int(v[0]), int(v[1])),
-            "range": lambda: range(*[int(x) for x in v][:3]),
-            "date": lambda: datetime.date.fromisoformat(str(v)),
-            "datetime": lambda: datetime.datetime.fromisoformat(str(v)),
-            "time": lambda: datetime.time.fromisoformat(str(v)),
-            "timedelta": lambda: datetime.timedelta(*[int(x) for x in v][:3]),
-        }
-        if tag in simple:
-            return simple[tag]()
-        if tag == "builtin":  # only pure builtins: never eval, exec, open, getattr, ...
-            if v in SAFE_BUILTINS:
-                return getattr(builtins, v)
-            found = getattr(builtins, str(v), None)
-            if isinstance(found, type) and issubclass(found, BaseException):
-                return self.exception_class({"builtin": str(v)}) or RuntimeError
-            raise TypeError("builtin")
-        if tag == "class":
-            return self.mirror(value["d"])
-        if tag == "module":
-            return self.module(value)
-        if tag == "ref":
-            return self.proxy(int(value["id"]), self.mirror(value["cls"]))
-        raise TypeError("tag")
-
-    def proxy(self, handle, cls):
-        key = (self.generation, handle)
-        obj = self.proxies.get(handle)
-        if obj is not None:
-            return obj
-        obj = cls.__new__(cls)
-        object.__getattribute__(obj, "__dict__")["_opd_ref"] = key
-        self.proxies[handle] = obj
-        return obj
-
-    def exception_class(self, desc):
-        name = desc.get("builtin")
-        found = getattr(builtins, str(name), None)
-        if isinstance(found, type) and issubclass(found, BaseException) \
-                and name not in NOT_MIRRORED:
-            return found
-        return None
-
-    def mirror(self, desc):
-        """The local stand-in class for a class of the solution (bases mirrored too)."""
-        if not isinstance(desc, dict):
-            raise TypeError("class")
-        if "builtin" in desc:
-            found = self.exception_class(desc)
-            if found is not None:
-                return found
-            return RemoteObject
-        handle = int(desc["id"])
-        if handle in self.classes:
-            return self.classes[handle]
-        if "name" not in desc:
-            raise KeyError("class")
-        bases = tuple(dict.fromkeys(self.mirror(d) for d in list(desc.get("bases", []))[:16]))
-        if len(bases) > 1:
-            bases = tuple(b for b in bases if b is not RemoteObject)
-        bases = bases or (RemoteObject,)
-        is_exc = bool(desc.get("exception"))
-        if is_exc and not any(issubclass(b, BaseException) for b in bases):
-            bases = (Exception,) + bases
-        namespace = {"__module__": str(desc.get("module", "")),
-                     "__qualname__": str(desc.get("qualname", desc["name"])),
-                     "_opd_plain": desc.get("plain") in PLAIN_KINDS}
-        if is_exc:
-            namespace.update(__getattr__=RemoteObject.__getattr__, __str__=_exception_str)
-        try:
-            cls = RemoteMeta(str(desc["name"]), bases, namespace)
-        except TypeError:  # a layout the mirror cannot reproduce: keep the kind, lose the bases
-            cls = RemoteMeta(str(desc["name"]), (Exception,) if is_exc else (RemoteObject,),
-                             namespace)
-        type.__setattr__(cls, "_opd_ref", (self.generation, handle))
-        self.classes[handle] = cls
-        return cls
-
-    def module(self, value):
-        name = str(value["name"])
-        handle = int(value["id"])
-        existing = sys.modules.get(name)
-        if isinstance(existing, RemoteModule) and existing._opd_ref == (self.generation, handle):
-            return existing
-        module = RemoteModule(name)
-        module._opd_ref = (self.generation, handle)
-        module.__all__ = [str(n) for n in list(value.get("all", []))[:100000]]
-        if value.get("package"):
-            module.__path__ = []
-        return module
-
-    def rebuild_error(self, error):
-        cls = self.mirror(error.get("cls"))
-        args = tuple(self.decode(a) for a in list(error.get("args", []))[:64])
-        text = error.get("str")
-        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-            return GradingAbort("the solution's process reported an error of unknown kind")
-        if isinstance(cls, RemoteMeta):
-            handle = error.get("ref")
-            exc = self.proxy(int(handle), cls) if type(handle) is int else cls.__new__(cls)
-            BaseException.__init__(exc, *args)
-            exc.__dict__["_opd_str"] = str(text) if isinstance(text, str) else None
-        else:
-            try:
-                exc = cls(*args)
-            except Exception:
-                exc = cls.__new__(cls)
-                exc.args = args
-        tb = error.get("tb")
-        if isinstance(tb, str) and tb and hasattr(exc, "add_note"):
-            exc.add_note("In the solution's code:\n" + tb[-2000:])
-        return exc
-
-
-HARNESS_OPS = {name: getattr(__import__("operator"), name) for name in (
-    "getitem", "setitem", "delitem", "contains", "eq", "ne", "lt", "le", "gt", "ge", "add",
-    "sub", "mul")}
-HARNESS_OPS.update(len=len, iter=iter, next=next, hash=hash, bool=bool, str=str, repr=repr,
-                   getattr=getattr, call=None)
-
-
-def _exception_str(self):
-    text = self.__dict__.get("_opd_str")
-    return text if isinstance(text, str) else BaseException.__str__(self)
-
-
-CHANNEL = None
-
-
-def _apply(fn, *args):
-    try:
-        wire = [CHANNEL.encode(a) for a in args]
-    except TypeError:
-        return NotImplemented
-    return CHANNEL.call("apply", fn=fn, args=wire)
-
-
-def _typed(value, kinds, what):
-    if type(value) not in kinds:
-        raise GradingAbort(f"the solution's {what} returned a {type(value).__name__}")
-    return value
-
-
-def _is_remote(value):
-    return isinstance(value, (RemoteObject, RemoteModule)) or isinstance(value, RemoteMeta)
-
-
-class RemoteMeta(type):
-    """Metaclass of mirrored classes: calling one builds the object in the solution's process."""
-
-    def __call__(cls, *args, **kwargs):
-        return CHANNEL.call("call", obj=CHANNEL.ref_of(cls),
-                            args=[CHANNEL.encode(a) for a in args],
-                            kwargs={k: CHANNEL.encode(v) for k, v in kwargs.items()})
-
-    def __getattr__(cls, name):
-        if name.startswith("_opd_") or "_opd_ref" not in cls.__dict__:
-            raise AttributeError(name)
-        return CHANNEL.call("getattr", obj=CHANNEL.ref_of(cls), name=name)
-
-    def __repr__(cls):
-        return f"<class {cls.__module__}.{cls.__qualname__} (solution)>"
-
-
-class RemoteObject:
-    """An object living in the solution's process; every use is a request over the channel."""
-
-    def __getattr__(self, name):
-        if name.startswith("_opd_") or name in ("__dict__", "__class__") \
-                or "_opd_ref" not in object.__getattribute__(self, "__dict__"):
-            raise AttributeError(name)
-        return CHANNEL.call("getattr", obj=CHANNEL.ref_of(self), name=name)
-
-    def __setattr__(self, name, value):
-        if name.startswith("_opd_"):
-            raise AttributeError(name)
-        CHANNEL.call("setattr", obj=CHANNEL.ref_of(self), name=name, value=CHANNEL.encode(value))
-
-    def __delattr__(self, name):
-        CHANNEL.call("delattr", obj=CHANNEL.ref_of(self), name=name)
-
-    def __call__(self, *args, **kwargs):
-        return CHANNEL.call("call", obj=CHANNEL.ref_of(self),
-                            args=[CHANNEL.encode(a) for a in args],
-                            kwargs={k: CHANNEL.encode(v) for k, v in kwargs.items()})
-
-    # Equality with plain data is never delegated: a value the solution returns must *be*
-    # plain data to equal plain data. Between two objects of the solution, its own __eq__
-    # decides (the test compares the solution's objects with each other then).
-    def __eq__(self, other):
-        if self is other:
-            return True
-        if not _is_remote(other):
-            if getattr(type(self), "_opd_plain", False):
-                return _plain(self) == other
-            return NotImplemented
-        return _typed(_apply("eq", self, other), (bool,), "__eq__")
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        if getattr(type(self), "_opd_plain", False):
-            return hash(_plain(self))
-        return hash(("opd-remote",) + tuple(object.__getattribute__(self, "__dict__")
-                                             .get("_opd_ref", ())))
-
-    def __bool__(self):
-        return _typed(_apply("bool", self), (bool,), "__bool__")
-
-    def __len__(self):
-        return _typed(_apply("len", self), (int,), "__len__")
-
-    def __repr__(self):
-        try:
-            return _typed(_apply("repr", self), (str,), "__repr__")
-        except GradingAbort:
-            return "<solution object>"
-
-    def __str__(self):
-        return _typed(_apply("str", self), (str,), "__str__")
-
-    def __format__(self, spec):
-        return _typed(_apply("format", self, spec), (str,), "__format__")
-
-    def __iter__(self):
-        return _apply("iter", self)
-
-    def __next__(self):
-        return _apply("next", self)
-
-    def __reversed__(self):
-        return _apply("reversed", self)
-
-    def __contains__(self, item):
-        return _typed(_apply("contains", self, item), (bool,), "__contains__")
-
-    def __getitem__(self, key):
-        return _apply("getitem", self, key)
-
-    def __setitem__(self, key, value):
-        _apply("setitem", self, key, value)
-
-    def __delitem__(self, key):
-        _apply("delitem", self, key)
-
-    def __int__(self):
-        return _typed(_apply("int", self), (int,), "__int__")
-
-    def __index__(self):
-        return _typed(_apply("index", self), (int,), "__index__")
-
-    def __float__(self):
-        return _typed(_apply("float", self), (float,), "__float__")
-
-    def __enter__(self):
-        return self.__getattr__("__enter__")()
-
-    def __exit__(self, kind, value, tb):
-        return self.__getattr__("__exit__")(None, None, None)
-
-    def __dir__(self):
-        return [str(n) for n in _apply("dir", self)]
-
-
-def _plain(obj):
-    """The builtin value a solution object of a builtin subclass holds, as plain data."""
-    return CHANNEL.call("plain", obj=CHANNEL.ref_of(obj))
-
-
-def _ordering(fn):
-    compare = getattr(__import__("operator"), fn)
-
-    def method(self, other):
-        if not _is_remote(other):
-            if getattr(type(self), "_opd_plain", False):
-                return compare(_plain(self), other)
-            return NotImplemented
-        return _typed(_apply(fn, self, other), (bool,), "comparison")
-    return method
-
-
-def _binary(fn, reflected=False):
-    def method(self, other):
-        return _apply(fn, other, self) if reflected else _apply(fn, self, other)
-    return method
-
-
-def _unary(fn):
-    def method(self):
-        return _apply(fn, self)
-    return method
-
-
-for _fn in ("lt", "le", "gt", "ge"):
-    setattr(RemoteObject, f"__{_fn}__", _ordering(_fn))
-for _fn in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
-            "xor", "lshift", "rshift"):
-    _op = _fn + "_" if _fn in ("and", "or") else _fn
-    setattr(RemoteObject, f"__{_fn}__", _binary(_op))
-    setattr(RemoteObject, f"__r{_fn}__", _binary(_op, reflected=True))
-for _fn in ("neg", "pos", "invert", "abs"):
-    setattr(RemoteObject, f"__{_fn}__", _unary(_fn))
-
-
-class RemoteModule(types.ModuleType):
-    """A module of the solution: attributes are fetched from the solution's process."""
-
-    def __getattr__(self, name):
-        if name.startswith("_opd_") or name in IMPORT_SYSTEM_NAMES:
-            raise AttributeError(name)
-        return CHANNEL.call("getattr", obj=CHANNEL.ref_of(self), name=name)
-
-
-class SolutionFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Last on sys.meta_path: modules the tests import that only the workspace has."""
-
-    def __init__(self, names, workspace):
-        self.names = set(names)
-        self.workspace = workspace
-
-    def _in_workspace(self, top):
-        for candidate in (top + ".py", top):
-            try:
-                mode = os.lstat(os.path.join(self.workspace, candidate)).st_mode
-            except OSError:
-                continue
-            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-                return True
-        return False
-
-    def find_spec(self, fullname, path=None, target=None):
-        top = fullname.partition(".")[0]
-        if top != fullname:
-            if not isinstance(sys.modules.get(top), RemoteModule):
-                return None
-        elif top not in self.names or not self._in_workspace(top):
-            return None
-        return importlib.machinery.ModuleSpec(fullname, self, is_package=None)
-
-    def create_module(self, spec):
-        return CHANNEL.call("import", name=spec.name)
-
-    def exec_module(self, module):
-        pass
-
-
-# -- the API the hidden tests use (module `opd_grading`) ----------------------------------
 class ProgramResult:
     """What a program of the solution did: return code, stdout and stderr (text or bytes)."""
 
@@ -788,272 +112,801 @@ def _drain(proc, stdin, timeout):
             if not pending:
                 proc.stdin.close()
                 writer = None
-    left = max(deadline - time.monotonic(), 0.01)
     try:
-        proc.wait(timeout=left)
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
     except subprocess.TimeoutExpired:
         return None
     return bytes(out[proc.stdout.fileno()]), bytes(out[proc.stderr.fileno()])
 
 
-def make_api(workspace, processes, budget, scratch_root):
-    """The `opd_grading` module: run the solution's programs, read its files, scratch dirs."""
-    api = types.ModuleType("opd_grading")
-    api.__doc__ = "What hidden tests use to reach the solution beyond importing its modules."
-    api.WORKSPACE = workspace
-    api.GradingAbort = GradingAbort
-    counter = [0]
+def run(argv, stdin=None, timeout=10.0, text=True):
+    """Run a program in the workspace (cwd = the tree); returns a ProgramResult.
 
-    def run(argv, stdin=None, timeout=10.0, text=True):
-        """Run a program in the workspace as the solution's user; returns a ProgramResult."""
-        if isinstance(argv, str):
-            argv = [argv]
-        argv = [str(a) for a in argv]
-        if argv and argv[0] in ("python", "python3", sys.executable):
-            argv[0] = sys.executable
-        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
-        limit = min(float(timeout), budget.left())
-        if limit <= 0:
-            budget.exhausted = True
-            raise GradingAbort("the time budget of the test run is spent")
-        proc = processes.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-        try:
-            result = _drain(proc, data, limit)
-        finally:
-            processes.kill_all(proc)
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        if result is None:
-            if budget.left() <= 0:
-                budget.exhausted = True
-            raise GradingAbort(f"the program {argv} did not finish within {limit:.3g} s")
-        stdout, stderr = result
-        if text:
-            stdout = stdout.decode("utf-8", "replace")
-            stderr = stderr.decode("utf-8", "replace")
-        return ProgramResult(argv, proc.returncode, stdout, stderr)
-
-    def _open(path):
-        parts = pathlib.PurePosixPath(path).parts
-        if not parts or parts[0] == "/" or ".." in parts:
-            raise PermissionError(f"path {path!r} is not a relative path inside the workspace")
-        fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for part in parts[:-1]:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = nxt
-            return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-        finally:
-            os.close(fd)
-
-    def read_bytes(path, max_bytes=MAX_PROGRAM_OUTPUT):
-        """A regular file of the workspace (no symlinks, FIFOs or devices)."""
-        fd = _open(path)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise IsADirectoryError(f"{path!r} is not a regular file")
-            data = os.read(fd, max_bytes + 1)
-        finally:
-            os.close(fd)
-        if len(data) > max_bytes:
-            raise ValueError(f"{path!r} is larger than {max_bytes} bytes")
-        return data
-
-    def read_text(path):
-        return read_bytes(path).decode("utf-8")
-
-    def is_file(path):
-        try:
-            fd = _open(path)
-        except OSError:
-            return False
-        try:
-            return stat.S_ISREG(os.fstat(fd).st_mode)
-        finally:
-            os.close(fd)
-
-    def exists(path):
-        try:
-            os.close(_open(path))
-            return True
-        except OSError:
-            return False
-
-    def scratch_dir():
-        """A fresh directory the solution can read but not change (for input files)."""
-        counter[0] += 1
-        path = os.path.join(scratch_root, str(counter[0]))
-        os.mkdir(path, 0o755)
-        os.chmod(path, 0o755)
-        return pathlib.Path(path)
-
-    for function in (run, read_bytes, read_text, is_file, exists, scratch_dir):
-        setattr(api, function.__name__, function)
-    api.ProgramResult = ProgramResult
-    return api
-
-
-# -- pytest --------------------------------------------------------------------------------
-def imported_names(sources):
-    """Top-level module names the hidden tests import (static `import` statements and
-    `importlib.import_module`/`__import__` calls with a constant name)."""
-    import ast
-
-    names = set()
-    for text in sources:
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(a.name.partition(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module.partition(".")[0])
-            elif isinstance(node, ast.Call) and node.args \
-                    and isinstance(node.args[0], ast.Constant) \
-                    and isinstance(node.args[0].value, str):
-                func = node.func
-                called = getattr(func, "attr", None) or getattr(func, "id", None)
-                if called in ("import_module", "__import__"):
-                    names.add(node.args[0].value.partition(".")[0])
-    stdlib = getattr(sys, "stdlib_module_names", ())
-    return sorted(n for n in names if n and n not in stdlib and n not in ("pytest", "_pytest",
-                                                                         "opd_grading"))
-
-
-def make_plugin(pytest, scratch_dir):
-    """Collects outcomes in memory, keeps the solution's objects out of collection."""
-
-    class Verdict:
-        def __init__(self):
-            self.tests = {}
-            self.collected = []
-            self.collect_errors = []
-
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_pycollect_makeitem(self, collector, name, obj):
-            if _is_remote(obj):  # e.g. `from solution import *` bringing a `test_x` along
-                return []
-            return None
-
-        def pytest_collection_finish(self, session):
-            self.collected = [item.nodeid for item in session.items]
-
-
-        def pytest_collectreport(self, report):
-            if report.failed:
-                self.collect_errors.append([report.nodeid, _message(report)])
-
-        def pytest_runtest_logreport(self, report):
-            entry = self.tests.setdefault(report.nodeid, ["passed", ""])
-            if report.when == "call":
-                if report.passed:
-                    return
-                if report.skipped:
-                    outcome = "passed" if hasattr(report, "wasxfail") else "skipped"
-                    entry[:] = [outcome, _message(report)]
-                else:
-                    entry[:] = ["failed", _message(report)]
-            elif report.skipped and entry[0] == "passed":
-                entry[:] = ["skipped", _message(report)]
-            elif report.failed:
-                entry[:] = ["error", _message(report)]
-
-        @pytest.fixture
-        def tmp_path(self):
-            return scratch_dir()
-
-    return Verdict()
-
-
-def _message(report):
+    `python`/`python3` is the interpreter running the tests. Output is capped at
+    MAX_PROGRAM_OUTPUT bytes per stream; past `timeout` seconds the program's process group
+    is killed and GradingAbort raised.
+    """
+    if isinstance(argv, str):
+        argv = [argv]
+    argv = [str(a) for a in argv]
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+    proc = subprocess.Popen(argv, cwd=WORKSPACE, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
     try:
-        crash = getattr(report.longrepr, "reprcrash", None)
+        result = _drain(proc, data, float(timeout))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+    if result is None:
+        raise GradingAbort(f"the program {argv} did not finish within {float(timeout):.3g} s")
+    stdout, stderr = result
+    if text:
+        stdout = stdout.decode("utf-8", "replace")
+        stderr = stderr.decode("utf-8", "replace")
+    return ProgramResult(argv, proc.returncode, stdout, stderr)
+
+
+def _open(path):
+    parts = pathlib.PurePosixPath(path).parts
+    if not parts or parts[0] == "/" or ".." in parts:
+        raise PermissionError(f"path {path!r} is not a relative path inside the workspace")
+    fd = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def read_bytes(path, max_bytes=MAX_PROGRAM_OUTPUT):
+    """A regular file of the workspace (no symlinks, FIFOs or devices), at most max_bytes."""
+    fd = _open(path)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(f"{path!r} is not a regular file")
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise ValueError(f"{path!r} is larger than {max_bytes} bytes")
+    return data
+
+
+def read_text(path):
+    """A regular file of the workspace as UTF-8 text."""
+    return read_bytes(path).decode("utf-8")
+
+
+def is_file(path):
+    """Whether `path` is a regular file of the workspace (symlinks are not)."""
+    try:
+        fd = _open(path)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+
+
+def exists(path):
+    """Whether `path` exists in the workspace (without following a final symlink)."""
+    try:
+        os.close(_open(path))
+        return True
+    except OSError:
+        return False
+
+
+def scratch_dir():
+    """A fresh, empty, writable directory outside the workspace (for input files)."""
+    return pathlib.Path(tempfile.mkdtemp(prefix="scratch-"))
+'''
+
+
+# -- the variant process (a grandchild of the harness, forked by the zygote) ---------------
+def _message(report):
+    """A short line that says why a report is not a plain pass."""
+    try:
+        if getattr(report, "wasxfail", ""):
+            if report.skipped:
+                return str(report.wasxfail)[:MESSAGE_CHARS]
+        longrepr = report.longrepr
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            return str(longrepr[2])[:MESSAGE_CHARS]
+        crash = getattr(longrepr, "reprcrash", None)
         if crash is not None:
             return str(crash.message)[:MESSAGE_CHARS]
-        if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
-            return str(report.longrepr[2])[:MESSAGE_CHARS]
-        return str(report.longreprtext).strip().splitlines()[-1][:MESSAGE_CHARS]
+        text = str(report.longreprtext).strip()
+        return text.splitlines()[-1][:MESSAGE_CHARS] if text else ""
     except Exception:
         return ""
 
 
-def main():
-    global CHANNEL
-    started = time.monotonic()
-    raw = sys.stdin.buffer.read(256 << 20)
-    request = json.loads(raw)
-    verdict_fd = os.dup(1)
-    workspace = os.path.realpath(request["workspace"])
-    uid = request.get("agent_uid")
-    budget = Budget(float(request.get("timeout", 60.0)))
-    private = tempfile.mkdtemp(prefix="opd-grade-")  # 0700, owned by this uid
-    tests_dir = os.path.join(private, "tests")
-    os.mkdir(tests_dir, 0o700)
-    for rel, text in request["tests"].items():
-        target = os.path.join(tests_dir, rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+def outcome_of(reports):
+    """pytest's own verdict for one test from its setup/call/teardown reports."""
+    setup, call, teardown = (reports.get(w) for w in ("setup", "call", "teardown"))
+    if setup is not None and setup.failed:
+        return "error", _message(setup)
+    if setup is not None and setup.skipped:
+        return ("xfailed" if hasattr(setup, "wasxfail") else "skipped"), _message(setup)
+    if call is not None:
+        if call.failed:
+            return "failed", _message(call)
+        if call.skipped:
+            return ("xfailed" if hasattr(call, "wasxfail") else "skipped"), _message(call)
+        if teardown is not None and teardown.failed:
+            return "error", _message(teardown)
+        if hasattr(call, "wasxfail"):
+            return "xpassed", str(call.wasxfail)[:MESSAGE_CHARS]
+        return "passed", ""
+    if teardown is not None and teardown.failed:
+        return "error", _message(teardown)
+    return "error", "the test reported no call phase"
+
+
+class Reporter:
+    """pytest plugin: one JSON line per finished test (and per collection error) to a fd."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.reports = {}
+
+    def emit(self, entry):
+        data = json.dumps(entry).encode("utf-8", "surrogatepass") + b"\n"
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError:
+            pass
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.emit({"collect_error": [str(report.nodeid), _message(report)]})
+
+    def pytest_runtest_logreport(self, report):
+        self.reports.setdefault(report.nodeid, {})[report.when] = report
+
+    def pytest_runtest_logfinish(self, nodeid, location):
+        outcome, message = outcome_of(self.reports.pop(nodeid, {}))
+        self.emit({"id": nodeid, "outcome": outcome, "message": message})
+
+
+def run_variant(command, out_fd, result_fd):
+    """In the forked child: become the agent, enter the tree and run pytest; never returns."""
+    code = 70
+    scratch = None
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(result_fd, RESULT_FD)
+        os.closerange(RESULT_FD + 1, 1 << 16)
+        import signal
+
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):  # as in a fresh python3
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        uid = command["uid"]
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="opd-variant-", dir=command["tmp"])
+        home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
+        os.mkdir(home, 0o700)
+        os.mkdir(tmp, 0o700)
+        os.environ.clear()
+        os.environ.update(PATH=command["path"], LANG="C.UTF-8", HOME=home, TMPDIR=tmp,
+                          PYTHONDONTWRITEBYTECODE="1")
+        tempfile.tempdir = None
+        sys.dont_write_bytecode = True
+        tree = command["tree"]
+        os.chdir(tree)
+        sys.path[:0] = [command["opd_dir"], tree]
+        sys.argv = ["pytest", *command["pytest_args"]]
+        import opd_grading
+
+        opd_grading.WORKSPACE = tree
+        import pytest
+
+        code = int(pytest.main(list(command["pytest_args"]), plugins=[Reporter(RESULT_FD)]))
+        Reporter(RESULT_FD).emit({"exit": code})
+    except BaseException as exc:  # pytest itself broke: say so in the output, never hang
+        try:
+            os.write(2, f"\nopd grading harness: {type(exc).__name__}: {exc}\n".encode())
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if scratch is not None:
+                import shutil
+
+                shutil.rmtree(scratch, ignore_errors=True)
+        except BaseException:
+            pass
+        os._exit(code & 0xFF)
+
+
+def zygote(commands_fd, replies_fd, pipes):
+    """Fork one variant per command line, say each child's pid, then report each exit."""
+    import gc
+
+    gc.collect()
+    gc.freeze()  # shared with the variants as it is: their collections skip it
+    replies = os.fdopen(replies_fd, "w", buffering=1)
+    started = {}
+    with os.fdopen(commands_fd, "r") as commands:
+        for line in commands:
+            command = json.loads(line)
+            slot = command["slot"]
+            out_w, result_w = pipes[slot]
+            pid = os.fork()
+            if pid == 0:
+                replies.close()
+                run_variant(command, out_w, result_w)
+            started[pid] = slot
+            os.close(out_w)
+            os.close(result_w)
+            pipes[slot] = None
+            replies.write(json.dumps({"slot": slot, "pid": pid}) + "\n")
+    for fds in pipes:  # slots not used
+        if fds is not None:
+            os.close(fds[0])
+            os.close(fds[1])
+    while started:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid in started:
+            replies.write(json.dumps({"slot": started.pop(pid), "status": status}) + "\n")
+    replies.close()
+    os._exit(0)
+
+
+# -- the harness --------------------------------------------------------------------------
+class AgentProcesses:
+    """Kills what the variants left: every process of the agent's uid, and all descendants."""
+
+    def __init__(self, uid):
+        self.uid = uid
+        self.me = os.getpid()
+        self.spared = set(self._of_uid()) if uid is not None else set()
+
+    @staticmethod
+    def _stat(pid):
+        """(uid, ppid, state) of a live process, None if gone."""
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()
+            return uid, int(fields[1]), fields[0]
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _table(self):
+        table = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                info = self._stat(int(name))
+                if info is not None:
+                    table[int(name)] = info
+        return table
+
+    def _of_uid(self):
+        return [p for p, (uid, _, state) in self._table().items()
+                if uid == self.uid and state != b"Z"]
+
+    def targets(self):
+        table = self._table()
+        children = {}
+        for pid, (_, ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        found, stack = set(), [self.me]
+        while stack:
+            for child in children.get(stack.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
+        if self.uid is not None:
+            found.update(p for p, (uid, _, _) in table.items() if uid == self.uid)
+        return [p for p in found if p not in self.spared and p not in (1, self.me)
+                and table.get(p, (0, 0, b"Z"))[2] != b"Z"]
+
+    def kill_all(self):
+        import signal
+        import time
+
+        for _ in range(200):  # repeat: a fork loop can add processes while we kill
+            reap()
+            pids = self.targets()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.005)
+        reap()
+
+
+def reap():
+    """Collect every exited child (orphans come to us: we are a child subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def become_subreaper():
+    """Orphaned descendants re-parent to this process, so none escapes the final kill."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def copy_file(src, dst, mode):
+    with open(src, "rb") as fin, open(dst, "xb") as fout:
+        while True:
+            chunk = fin.read(1 << 20)
+            if not chunk:
+                break
+            fout.write(chunk)
+    os.chmod(dst, mode)
+
+
+def copy_workspace(src, dst, test_dirs, skipped, depth=0, rel=""):
+    """Copy regular files of src to dst, leaving out what steers collection or start-up."""
+    try:
+        entries = list(os.scandir(src))
+    except OSError as exc:
+        skipped.append(f"{rel or '.'}: {exc.strerror}")
+        return
+    for entry in entries:
+        name = entry.name
+        path = f"{rel}{name}"
+        try:
+            if entry.is_symlink():
+                continue
+            if entry.is_dir():
+                if name == "__pycache__" or (depth == 0 and name == RESERVED_DIR):
+                    continue
+                if depth >= MAX_DEPTH:
+                    skipped.append(f"{path}: deeper than {MAX_DEPTH} levels")
+                    continue
+                os.mkdir(os.path.join(dst, name), 0o755)
+                copy_workspace(entry.path, os.path.join(dst, name), test_dirs, skipped,
+                               depth + 1, path + "/")
+            elif entry.is_file():
+                if name in DROPPED_NAMES or name.endswith(".pth"):
+                    continue
+                if name == "__init__.py" and rel.rstrip("/") in test_dirs:
+                    continue
+                executable = entry.stat().st_mode & 0o111
+                copy_file(entry.path, os.path.join(dst, name), 0o755 if executable else 0o644)
+        except OSError as exc:
+            skipped.append(f"{path}: {exc.strerror}")
+
+
+def link_tree(src, dst):
+    """dst = src with its files hard-linked (both ours and read-only: safe to share)."""
+    for entry in os.scandir(src):
+        target = os.path.join(dst, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            os.mkdir(target, 0o755)
+            link_tree(entry.path, target)
+        else:
+            try:
+                os.link(entry.path, target)
+            except OSError:
+                copy_file(entry.path, target, entry.stat().st_mode & 0o777)
+
+
+def overlay(tree, files):
+    """Write the variant's files into the tree; they win over workspace files."""
+    for rel, text in files.items():
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            raise ValueError(f"a variant file path is not relative: {rel!r}")
+        here = tree
+        for part in parts[:-1]:
+            here = os.path.join(here, part)
+            if os.path.lexists(here) and not os.path.isdir(here):
+                os.unlink(here)
+            if not os.path.isdir(here):
+                os.mkdir(here, 0o755)
+        target = os.path.join(here, parts[-1])
+        if os.path.isdir(target):
+            import shutil
+
+            shutil.rmtree(target)
+        elif os.path.lexists(target):
+            os.unlink(target)
         with open(target, "w", encoding="utf-8") as fh:
             fh.write(text)
-    ini = os.path.join(private, "pytest.ini")
-    with open(ini, "w") as fh:
-        fh.write("[pytest]\n")
-    scratch_root = tempfile.mkdtemp(prefix="opd-scratch-")
-    os.chmod(scratch_root, 0o755)
-    processes = AgentProcesses(uid, workspace)
-    CHANNEL = Channel(request["runner"], processes, budget)
-    CHANNEL.tests_root = tests_dir + os.sep
-    api = make_api(workspace, processes, budget, scratch_root)
-    sys.modules["opd_grading"] = api
-    sys.meta_path.append(SolutionFinder(imported_names(request["tests"].values()), workspace))
-    os.environ.clear()
-    os.environ.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=private, LANG="C.UTF-8",
-                      PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
-    os.chdir(tests_dir)
-    CHANNEL.spawn()
-    phases = {"setup": time.monotonic() - started}
+        os.chmod(target, 0o644)
 
-    import pytest
 
-    phases["import"] = time.monotonic() - started
+def freeze(tree):
+    """Make a tree read-only (dirs 0555, files keep only read/exec bits)."""
+    for root, _dirs, files in os.walk(tree, topdown=False):
+        for name in files:
+            path = os.path.join(root, name)
+            os.chmod(path, os.stat(path).st_mode & 0o555)
+        os.chmod(root, 0o555)
 
-    plugin = make_plugin(pytest, api.scratch_dir)
-    log = tempfile.TemporaryFile()
-    saved = os.dup(2)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    args = ["-q", "-p", "no:cacheprovider", "-p", "no:junitxml",
-            "--continue-on-collection-errors", "-c", ini, "--rootdir", tests_dir,
-            "--", *request["paths"]]
+
+def thaw_and_remove(path):
+    import shutil
+
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700)
+            except OSError:
+                pass
     try:
-        status = int(pytest.main(args, plugins=[plugin]))
-    except BaseException as exc:  # pytest itself failed: report it, never hang
-        status = -1
-        plugin.collect_errors.append(["<session>", f"{type(exc).__name__}: {exc}"])
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+class Variant:
+    """The harness's view of one running variant: its pipes, pid, deadline and findings."""
+
+    def __init__(self, index, slot, out_r, result_r):
+        self.index, self.slot = index, slot
+        self.out_r, self.result_r = out_r, result_r
+        self.pid = None
+        self.deadline = None
+        self.status = None
+        self.timed_out = False
+        self.output = bytearray()
+        self.output_bytes = 0
+        self.result = bytearray()
+        self.result_bytes = 0
+        self.tests = {}
+        self.order = []
+        self.collect_errors = []
+        self.exit = None
+
+    def feed_output(self, chunk):
+        self.output_bytes += len(chunk)
+        self.output += chunk
+        if len(self.output) > 4 * OUTPUT_TAIL:
+            del self.output[:-OUTPUT_TAIL]
+
+    def feed_result(self, chunk):
+        self.result_bytes += len(chunk)
+        self.result += chunk
+        if b"\n" not in chunk:
+            return
+        *lines, rest = bytes(self.result).split(b"\n")
+        self.result = bytearray(rest)
+        for line in lines:
+            self.take(line)
+
+    def take(self, line):
+        """One outcome line; anything malformed is ignored (a missing line = a missing test)."""
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(entry, dict):
+            return
+        if "id" in entry:
+            nodeid, outcome, message = entry.get("id"), entry.get("outcome"), entry.get("message")
+            if not (isinstance(nodeid, str) and outcome in OUTCOMES and isinstance(message, str)):
+                return
+            message = message[:MESSAGE_CHARS]
+            if nodeid in self.tests:
+                if self.tests[nodeid][0] != outcome:
+                    self.tests[nodeid] = ("error", "conflicting reports for this test")
+                return
+            self.tests[nodeid] = (outcome, message)
+            self.order.append(nodeid)
+        elif "collect_error" in entry:
+            pair = entry["collect_error"]
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
+                self.collect_errors.append([pair[0], pair[1][:MESSAGE_CHARS]])
+        elif "exit" in entry and type(entry["exit"]) is int and self.exit is None:
+            self.exit = entry["exit"]
+
+    def verdict(self):
+        output = bytes(self.output[-OUTPUT_TAIL:]).decode("utf-8", "replace")
+        return {
+            "tests": [{"id": i, "outcome": self.tests[i][0], "message": self.tests[i][1]}
+                      for i in self.order],
+            "collect_errors": self.collect_errors,
+            "exit": self.exit if self.exit is not None else -1,
+            "timed_out": self.timed_out,
+            "output": output,
+        }
+
+
+def read_available(fd, limit):
+    """Whatever `fd` (non-blocking) has now, at most `limit` bytes; None at EOF."""
+    data = bytearray()
+    while len(data) < limit:
+        try:
+            chunk = os.read(fd, min(1 << 16, limit - len(data)))
+        except BlockingIOError:
+            break
+        if not chunk:
+            return bytes(data) if data else None
+        data += chunk
+    return bytes(data)
+
+
+def supervise(variants, replies_fd, timeout):
+    """Read every variant's pipes until all have exited; kill those past their deadline."""
+    import select
+    import signal
+    import time
+
+    by_slot = {v.slot: v for v in variants}
+    replies = bytearray()
+    open_fds = {replies_fd: None}
+    for v in variants:
+        open_fds[v.out_r] = (v, "out")
+        open_fds[v.result_r] = (v, "result")
+    for fd in open_fds:
+        os.set_blocking(fd, False)
+    zygote_done = False
+    while True:
+        now = time.monotonic()
+        for v in variants:
+            if v.deadline is not None and v.status is None and not v.timed_out \
+                    and now >= v.deadline:
+                v.timed_out = True
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(v.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+        if zygote_done and all(v.status is not None for v in variants):
+            break
+        deadlines = [v.deadline for v in variants if v.deadline and v.status is None
+                     and not v.timed_out]
+        wait = min([d - now for d in deadlines] + [1.0])
+        ready, _, _ = select.select(list(open_fds), [], [], max(wait, 0.0))
+        for fd in ready:
+            owner = open_fds.get(fd)
+            if owner is None:  # the zygote's replies
+                chunk = read_available(fd, 1 << 16)
+                if chunk is None:
+                    del open_fds[fd]
+                    zygote_done = True
+                    for v in variants:  # the zygote is gone: nothing more will start or end
+                        if v.status is None:
+                            v.status = -1
+                    continue
+                replies += chunk
+                *lines, rest = bytes(replies).split(b"\n")
+                replies = bytearray(rest)
+                for line in lines:
+                    reply = json.loads(line)
+                    v = by_slot[reply["slot"]]
+                    if "pid" in reply:
+                        v.pid = reply["pid"]
+                        v.deadline = time.monotonic() + timeout
+                    else:
+                        v.status = reply["status"]
+                continue
+            v, kind = owner
+            limit = MAX_OUTPUT_BYTES - v.output_bytes if kind == "out" \
+                else MAX_RESULT_BYTES - v.result_bytes
+            chunk = read_available(fd, max(limit, 0))
+            if chunk is None or limit <= 0:
+                del open_fds[fd]
+                os.close(fd)
+                continue
+            (v.feed_output if kind == "out" else v.feed_result)(chunk)
+    for fd, owner in list(open_fds.items()):  # what was written before each exit
+        if owner is not None:
+            v, kind = owner
+            limit = MAX_OUTPUT_BYTES - v.output_bytes if kind == "out" \
+                else MAX_RESULT_BYTES - v.result_bytes
+            chunk = read_available(fd, max(limit, 0))
+            if chunk:
+                (v.feed_output if kind == "out" else v.feed_result)(chunk)
+        os.close(fd)
+
+
+def prewarm():
+    """Load once what every variant's pytest.main would load again: pytest's own plugins, the
+    installed distributions' metadata, and pluggy's hook signatures (pure functions of the
+    hook function, cached). The variants fork from here and start with all of it."""
+    import importlib
+
+    import pytest  # noqa: F401
+
+    try:
+        from _pytest.config import default_plugins
+    except ImportError:
+        default_plugins = ()
+    for name in default_plugins:
+        try:
+            importlib.import_module(f"_pytest.{name}")
+        except Exception:
+            pass
+    try:
+        import importlib.metadata as metadata
+
+        for dist in metadata.distributions():
+            dist.entry_points  # noqa: B018
+    except Exception:
+        pass
+    try:
+        import types
+
+        import pluggy._hooks as hooks
+
+        original = hooks.varnames
+        known = {}
+
+        def varnames(func):
+            if type(func) is not types.FunctionType:
+                return original(func)
+            if func not in known:
+                known[func] = original(func)
+            return known[func]
+
+        if callable(original):
+            hooks.varnames = varnames
+    except Exception:
+        pass
+
+
+def pytest_args(tree, ini_path, args):
+    return ["-c", ini_path, "--rootdir", tree, "--confcutdir", tree, "-p", "no:cacheprovider",
+            "--continue-on-collection-errors", *args]
+
+
+def main():
+    prewarm()  # imported once here; every variant forks with pytest loaded
+
+    pipes = [(os.pipe(), os.pipe()) for _ in range(MAX_VARIANTS)]
+    commands_r, commands_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    zygote_pid = os.fork()
+    if zygote_pid == 0:  # before the request is read: no secret is ever in its memory
+        try:
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.close(commands_w)
+            os.close(replies_r)
+            for out, result in pipes:
+                os.close(out[0])
+                os.close(result[0])
+            zygote(commands_r, replies_w, [[out[1], result[1]] for out, result in pipes])
+        finally:
+            os._exit(70)
+    os.close(commands_r)
+    os.close(replies_w)
+    for out, result in pipes:
+        os.close(out[1])
+        os.close(result[1])
+    become_subreaper()
+
+    import random
+    import tempfile
+
+    verdict_fd = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # nothing but the verdict reaches the host's stream
+    request = json.loads(sys.stdin.buffer.read(MAX_REQUEST))
+    if request.get("version") != 2:
+        raise SystemExit(f"unsupported request version {request.get('version')!r}")
+    variants_in = request["variants"]
+    if not 1 <= len(variants_in) <= MAX_VARIANTS:
+        raise SystemExit(f"between 1 and {MAX_VARIANTS} variants, got {len(variants_in)}")
+    uid = request.get("agent_uid")
+    timeout = float(request["timeout"])
+    workspace = os.path.realpath(request["workspace"])
+    processes = AgentProcesses(uid)
+    verdict = None
+    tmp = tempfile.gettempdir()
+    base = tempfile.mkdtemp(prefix="opd-grade-", dir=tmp)
+    try:
+        os.chmod(base, 0o711)  # the agent may enter what it is told of, never list it
+        token = lambda: os.urandom(12).hex()  # noqa: E731
+        # The ini goes into each tree's root under a name of ours: pytest resolves ini paths
+        # (`pythonpath = src`, `testpaths`) relative to the ini file's folder, as in the project.
+        ini_name = f".opd-pytest-{token()}.ini"
+        ini_text = request.get("ini") or "[pytest]\n"
+        opd_dir = os.path.join(base, token())
+        os.mkdir(opd_dir, 0o755)
+        with open(os.path.join(opd_dir, "opd_grading.py"), "w", encoding="utf-8") as fh:
+            fh.write(OPD_GRADING_SOURCE)
+        freeze(opd_dir)
+        skipped = []
+        test_dirs = set()
+        for variant in variants_in:
+            for rel in variant["files"]:
+                test_dirs.add(rel.rpartition("/")[0])
+        trees, first = [], None
+        for _ in variants_in:
+            tree = os.path.join(base, token())
+            os.mkdir(tree, 0o755)
+            if first is None:
+                copy_workspace(workspace, tree, test_dirs, skipped)
+                first = tree
+            else:
+                link_tree(first, tree)
+            trees.append(tree)
+        for tree, variant in zip(trees, variants_in, strict=True):
+            overlay(tree, variant["files"])
+            overlay(tree, {ini_name: ini_text})
+        for tree in trees:
+            freeze(tree)
+        args = [str(a) for a in request.get("args") or []]
+        path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
+        variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(trees))]
+        for i in range(len(trees), MAX_VARIANTS):
+            os.close(pipes[i][0][0])
+            os.close(pipes[i][1][0])
+        order = list(range(len(trees)))
+        random.SystemRandom().shuffle(order)
+        lines = []
+        for i in order:
+            lines.append(json.dumps({
+                "slot": i, "tree": trees[i], "uid": uid, "tmp": tmp, "path": path,
+                "opd_dir": opd_dir,
+                "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
+            }) + "\n")
+        del request, variants_in
+        os.write(commands_w, "".join(lines).encode("utf-8", "surrogatepass"))
+        os.close(commands_w)
+        supervise(variants, replies_r, timeout)
+        processes.kill_all()
+        verdict = {"version": 2, "variants": [v.verdict() for v in variants]}
+        if skipped:
+            note = "opd grading harness: left out of the tree: " + "; ".join(skipped[:20]) + "\n"
+            for entry in verdict["variants"]:
+                entry["output"] = (note + entry["output"])[-OUTPUT_TAIL:]
     finally:
-        phases["session"] = time.monotonic() - started
-        CHANNEL.stop()
-        phases["stop"] = time.monotonic() - started
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-    log.seek(0, 2)
-    size = log.tell()
-    log.seek(max(0, size - 8000))
-    output = log.read().decode("utf-8", "replace")
-    tests = [{"id": nodeid, "outcome": o, "message": m}
-             for nodeid, (o, m) in plugin.tests.items()]
-    verdict = {"version": 1, "exit": status, "tests": tests, "collected": plugin.collected,
-               "collect_errors": plugin.collect_errors, "timed_out": budget.exhausted,
-               "output": output, "duration": time.monotonic() - started, "phases": phases}
-    shutil.rmtree(private, ignore_errors=True)
-    os.write(verdict_fd, json.dumps(verdict).encode("utf-8", "surrogatepass") + b"\n")
+        try:
+            processes.kill_all()
+        except Exception:
+            pass
+        thaw_and_remove(base)
+    if verdict is None:
+        raise SystemExit("opd grading harness: no verdict")
+    data = json.dumps(verdict).encode("utf-8", "surrogatepass") + b"\n"
+    view = memoryview(data)
+    while view:
+        view = view[os.write(verdict_fd, view):]
     os.close(verdict_fd)
     os._exit(0)
 

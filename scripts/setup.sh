@@ -66,5 +66,22 @@ case ",$EXTRAS," in *,vllm,*)
     || log "warning: vllm does not import in $VENV (the vllm tests will fail and say why)";;
 esac
 
-# 4. The sandbox image (offline build when no registry answers; cached rootfs).
-"$VENV/bin/opd-gym" sandbox build
+# 4. Pinned downloads, verified by sha256 and cached so that everything after is offline: the
+# wheels the sandbox image installs (pytest 8 and friends; skipped when the cache already
+# holds this requirements file's set) and the library sdists the grading-fidelity test grades.
+wheels=${OPD_GYM_SANDBOX_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/opd_gym/sandbox-wheels}
+reqs=sandbox/grading-requirements.txt
+if [ "$(cat "$wheels/.requirements.sha256" 2>/dev/null)" != "$(sha256sum < "$reqs")" ]; then
+  log "downloading the sandbox wheels of $reqs"
+  mkdir -p "$wheels"
+  "$VENV/bin/pip" download -q --no-deps --only-binary :all: --require-hashes -r "$reqs" \
+    -d "$wheels" 2>&1 | grep -v '^WARNING: Location' || true
+  "$VENV/bin/pip" download -q --no-deps --only-binary :all: --require-hashes -r "$reqs" \
+    -d "$wheels" --no-index --find-links "$wheels" >/dev/null 2>&1 \
+    || { echo "the sandbox wheels in $wheels do not match $reqs" >&2; exit 1; }
+  sha256sum < "$reqs" > "$wheels/.requirements.sha256"
+fi
+"$VENV/bin/python" -m opd_gym.tasks.libraries
+
+# 5. The sandbox image (offline build when no registry answers; cached rootfs).
+OPD_GYM_SANDBOX_WHEELS=$wheels "$VENV/bin/opd-gym" sandbox build

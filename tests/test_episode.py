@@ -67,3 +67,41 @@ def test_settings_derive_the_default_prompt_for_their_format():
     assert "<tool_call>" in hermes.system_prompt and "<function=" in qwen.system_prompt
     assert EpisodeSettings(system_prompt="Be brief.").system_prompt == "Be brief."
     assert [t["function"]["name"] for t in hermes.tools][-1] == "submit"
+
+
+def test_paths_the_snapshot_cannot_carry_are_named_in_the_grade(local_pool, toy_task):
+    """Nothing left out silently: a FIFO and a symlink beside the solution are named, with
+    their reasons, in info["grade"] and in the agent's last message; the grade stands."""
+    episode = Episode(toy_task, local_pool, EpisodeSettings(max_turns=5))
+    episode.play(WRITE)
+    episode.play(format_tool_call("terminal", {"command": "mkfifo pipe && ln -s calc.py link"}))
+    last = episode.play(format_tool_call("submit"))
+    grade = episode.info(last)["grade"]
+    assert grade["score"] == 1.0
+    assert grade["not_carried_count"] == 2
+    assert sorted(grade["not_carried"]) == ["link: symlink", "pipe: not a regular file"]
+    assert "2 workspace path(s) were not carried to grading" in last.observation
+
+
+def test_a_clean_workspace_adds_no_not_carried_notes(local_pool, toy_task):
+    episode = Episode(toy_task, local_pool, EpisodeSettings(max_turns=5))
+    episode.play(WRITE)
+    last = episode.play(format_tool_call("submit"))
+    grade = episode.info(last)["grade"]
+    assert grade["score"] == 1.0 and "not_carried" not in grade
+    assert "not carried" not in last.observation
+
+
+def test_the_untouched_starter_earns_nothing(local_pool):
+    """Nothing for nothing: fix_lru_cache's starter passes 4 of its 6 tests (they gate), yet
+    looking around and submitting it unchanged scores correctness 0 and reward 0."""
+    from opd_gym.tasks import load_suite
+
+    task = next(t for t in load_suite("coding") if t.id == "fix_lru_cache")
+    episode = Episode(task, local_pool, EpisodeSettings(max_turns=5))
+    episode.play(format_tool_call("terminal", {"command": "ls"}))
+    episode.play(format_tool_call("submit"))
+    assert episode.grade is not None and episode.grade.passed >= 4
+    assert episode.reward_breakdown.to_dict() == {"correctness": 0.0, "efficiency": 0.0,
+                                                  "tool_use": 0.0, "total": 0.0}
+    assert episode.reward == 0.0

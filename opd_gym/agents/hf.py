@@ -1,8 +1,9 @@
 """A local transformers model as the agent: samples each turn and returns the exact ids.
 
-The returned `TokenText` carries the sampled token ids, their logprobs under the model's
-untempered distribution (log-softmax of the raw logits, which is what a same-model teacher
-reproduces) and the prompt ids, so the env's turns are token-exact.
+The returned `TokenText` carries the sampled token ids, their logprobs under the distribution
+they were sampled from (temperature applied, renormalised over the top-p nucleus; at T=1 and
+top_p=1 exactly what a same-model teacher reproduces) and the prompt ids, so the env's turns
+are token-exact. `logprob_temperature` states the footing for the OPD records.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from typing import Any
 
 from opd_gym.actions import TokenText
 from opd_gym.errors import ConfigError
-from opd_gym.models.tokenizer import render_ids
-from opd_gym.transcript import messages_for_template
+from opd_gym.models.tokenizer import prompt_ids
 
 
 class TransformersPolicy:
@@ -73,6 +73,7 @@ class TransformersPolicy:
         self.student_topk = min(int(student_topk), int(self.model.config.get_text_config()
                                                        .vocab_size))
         self.temperature = temperature
+        self.logprob_temperature = temperature  # the returned logprobs are at this temperature
         self.top_p = top_p
         self.device = device
         self.seed = int(seed)
@@ -98,23 +99,27 @@ class TransformersPolicy:
         """Nothing to reset: each turn is sampled from the messages in `info`."""
 
     def act(self, observation: str, info: Mapping[str, Any]) -> TokenText:
-        return self.sample(info["messages"], info.get("tools"))
+        """The next turn, prompted with the env's `info["student_prompt"]` ids when the OPD
+        wrapper offers them (the same rendering the teacher's context is built from)."""
+        offered = info.get("student_prompt")
+        ids = offered.get("ids") if isinstance(offered, Mapping) else None
+        return self.sample(info["messages"], info.get("tools"), prompt_ids=ids)
 
     def sample(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+        prompt_ids: Sequence[int] | None = None,
     ) -> TokenText:
-        """One assistant turn for `messages`, ending at the end-of-turn token or the cap."""
+        """One assistant turn for `messages` (or the given `prompt_ids` of them), ending at
+        the end-of-turn token or the cap."""
         with self._lock:
-            return self._sample(messages, tools)
+            return self._sample(messages, tools, prompt_ids)
 
-    def _sample(self, messages, tools) -> TokenText:
+    def _sample(self, messages, tools, offered=None) -> TokenText:
         import torch
         from transformers import DynamicCache
 
-        prompt = render_ids(
-            self.tokenizer, messages_for_template(messages, self.tokenizer), tools,
-            add_generation_prompt=True
-        )
+        prompt = ([int(i) for i in offered] if offered is not None
+                  else prompt_ids(self.tokenizer, messages, tools))
         eos = self.tokenizer.eos_token_id
         budget = self.max_new_tokens
         if self.max_model_len:
@@ -132,15 +137,18 @@ class TransformersPolicy:
                 logits = self.model(input_ids=step_input, past_key_values=cache, use_cache=True)
                 logits = logits.logits[0, -1]
                 logits = logits if logits.dtype == torch.float64 else logits.float()
-                logp = torch.log_softmax(logits, dim=-1)
-                probs = torch.softmax(logits / self.temperature, dim=-1)
+                # the sampled distribution: softmax(logits / T), then the top-p nucleus
+                logp = torch.log_softmax(logits.double() / self.temperature, dim=-1)
+                probs = logp.exp()
+                kept = 0.0  # log of the nucleus mass the draw is renormalised by
                 if self.top_p < 1.0:
                     sorted_p, order = probs.sort(descending=True)
                     keep = sorted_p.cumsum(0) - sorted_p < self.top_p
                     probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+                    kept = float(torch.logsumexp(logp[order[keep]], dim=0))
                 token = int(torch.multinomial(probs, 1, generator=self._generator))
                 ids.append(token)
-                logprobs.append(float(logp[token]))
+                logprobs.append(float(logp[token]) - kept)
                 if self.student_topk:
                     topk_ids.append(logp.topk(self.student_topk).indices.tolist())
                 if token == eos:

@@ -3,8 +3,10 @@
 The prompt is rendered here with the model's chat template and the env's tools schema and
 sent as a token-id list, so the returned `TokenText` carries the exact prompt ids, the
 exact sampled ids (end-of-turn token included) and their logprobs. vLLM reports sampled
-logprobs of the raw (untempered) distribution by default, which is what a same-model
-teacher reproduces (the alignment control).
+logprobs of the raw (untempered) distribution by default: they are those of the distribution
+the tokens were drawn from only at temperature 1 with no top-p/top-k/min-p filter, so only then
+are they returned (or when the server runs with `--logprobs-mode processed_logprobs` and the
+policy is told so); otherwise the turn carries no student logprobs rather than wrong ones.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 from opd_gym.actions import TokenText
 from opd_gym.errors import ConfigError
 from opd_gym.models.client import ModelClient, ModelUnavailable
-from opd_gym.models.tokenizer import render_ids, served_tokenizer
-from opd_gym.transcript import messages_for_template
+from opd_gym.models.tokenizer import prompt_ids as render_prompt
+from opd_gym.models.tokenizer import served_tokenizer
 
 
 class VLLMPolicy:
@@ -34,6 +36,10 @@ class VLLMPolicy:
             (reproducible runs, different draws per turn), None for unseeded;
             `seed_episode(seed)` restarts that sequence from an episode's own seed.
         extra_body: more completion parameters (e.g. {"min_p": 0.05}).
+        processed_logprobs: the server was started with `--logprobs-mode processed_logprobs`,
+            so its logprobs are of the tempered, filtered distribution the tokens were sampled
+            from; without it, logprobs are returned only when sampling is plain (T=1, no
+            filters), since raw logprobs would then be off the sampling distribution.
     """
 
     def __init__(
@@ -51,6 +57,7 @@ class VLLMPolicy:
         retries: int = 2,
         backoff: float = 0.5,
         extra_body: Mapping[str, Any] | None = None,
+        processed_logprobs: bool = False,
     ) -> None:
         if max_tokens < 1:
             raise ConfigError("max_tokens must be >= 1")
@@ -69,6 +76,13 @@ class VLLMPolicy:
         self.top_p = float(top_p)
         self.seed = seed
         self.extra_body = dict(extra_body or {})
+        off = {"top_k": (None, -1, 0), "min_p": (None, 0), "typical_p": (None, 1)}
+        filtered = self.top_p < 1.0 or any(
+            self.extra_body.get(key) not in values for key, values in off.items())
+        # raw logprobs (vLLM's default mode) are the sampling distribution's only at T=1
+        # without filters; processed ones always are
+        self.returns_logprobs = processed_logprobs or (self.temperature == 1.0 and not filtered)
+        self.logprob_temperature = self.temperature if processed_logprobs else 1.0
         self._draws = itertools.count()
         self._draw_lock = threading.Lock()
 
@@ -83,16 +97,20 @@ class VLLMPolicy:
                 self._draws = itertools.count()
 
     def act(self, observation: str, info: Mapping[str, Any]) -> TokenText:
-        return self.sample(info["messages"], info.get("tools"))
+        """The next turn, prompted with the env's `info["student_prompt"]` ids when the OPD
+        wrapper offers them (the same rendering the teacher's context is built from)."""
+        offered = info.get("student_prompt")
+        ids = offered.get("ids") if isinstance(offered, Mapping) else None
+        return self.sample(info["messages"], info.get("tools"), prompt_ids=ids)
 
     def sample(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+        prompt_ids: Sequence[int] | None = None,
     ) -> TokenText:
-        """One assistant turn for `messages`, ending at the end-of-turn token or the cap."""
-        prompt = render_ids(
-            self.tokenizer, messages_for_template(messages, self.tokenizer), tools,
-            add_generation_prompt=True
-        )
+        """One assistant turn for `messages` (or the given `prompt_ids` of them), ending at
+        the end-of-turn token or the cap."""
+        prompt = ([int(i) for i in prompt_ids] if prompt_ids is not None
+                  else render_prompt(self.tokenizer, messages, tools))
         budget = self.max_tokens
         if self.max_model_len is not None:
             budget = min(budget, int(self.max_model_len) - len(prompt))
@@ -123,7 +141,8 @@ class VLLMPolicy:
         eos = self.tokenizer.eos_token_id
         body_ids = ids[:-1] if ids and ids[-1] == eos else ids
         text = self.tokenizer.decode(body_ids, skip_special_tokens=False)
-        return TokenText(text, token_ids=ids, logprobs=logprobs, prompt_ids=prompt)
+        return TokenText(text, token_ids=ids,
+                         logprobs=logprobs if self.returns_logprobs else None, prompt_ids=prompt)
 
     def close(self) -> None:
         """Close the connections to the server."""

@@ -20,16 +20,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_gym.errors import ConfigError
-from opd_gym.rollout import (
-    FROM_CONFIG,
-    RolloutConfig,
-    _opd_config,
-    _plain_config,
-    _progress,
-    resolve_tasks,
-)
+from opd_gym.errors import ConfigError, OPDGymError
+from opd_gym.rollout import FROM_CONFIG, _opd_config, _progress
 from opd_gym.runs import EpisodeRow, RunDirectory, RunSummary
+from opd_gym.runs.config import RolloutConfig, plain_config
+from opd_gym.runs.core import mark_interrupted
+from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
+from opd_gym.tasks.resolve import resolve_tasks
 
 SERVED_TEACHERS = ("vllm:", "openai:")  # a server URL: every worker talks to it directly
 RETRY_PING_S = 0.5  # how often a restarting worker is asked whether it is back
@@ -203,15 +200,19 @@ class RayRollout:
         )
         for _ in range(opts.workers):
             handle = actor.remote(
+                self.config,  # the whole run config: tool format, turns, sandbox
                 tasks,
-                sandbox=self.config.sandbox,
-                max_turns=self.config.max_turns,
                 make_agent=self.make_agent,
                 opd_options=opd_options,
                 slots=opts.episodes_per_worker,
             )
             self.workers.append(_Worker(handle))
-        ray.get([w.handle.info.remote() for w in self.workers])  # fail here if they cannot start
+        try:  # fail here if they cannot start (a tokenizer mismatch included)
+            ray.get([w.handle.prepare.remote() for w in self.workers])
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, OPDGymError):
+                raise exc.cause from None  # one line, not the actor's traceback
+            raise
 
     def worker_info(self) -> list[dict[str, Any]]:
         """Each live worker's pid, host, Ray node id and episodes played."""
@@ -247,10 +248,14 @@ class RayRollout:
 
     def plan(self, episode: int) -> tuple[str, int]:
         """(task id, seed) of an episode id: the local runner's numbering."""
-        return self.task_ids[episode % len(self.task_ids)], self.config.seed + episode
+        return self.config.plan(episode, self.task_ids)
 
-    def play(self, episodes: Iterable[int]) -> Iterator[EpisodeResult]:
-        """Play `episodes` (ids), yielding each as it finishes, in any order, each id once."""
+    def play(self, episodes: Iterable[int], *, stop: Interrupt | None = None
+             ) -> Iterator[EpisodeResult]:
+        """Play `episodes` (ids), yielding each as it finishes, in any order, each id once.
+
+        With `stop`: nothing new is submitted once it is stopping, and once it is cancelled
+        the episodes still in flight are abandoned (not yielded)."""
         import ray
         from ray.exceptions import RayActorError
 
@@ -260,6 +265,18 @@ class RayRollout:
         reported: set[int] = set()
         k = self.options.episodes_per_worker
         while pending or inflight:
+            if stop is not None and stop.stopping.is_set():
+                pending.clear()
+                if stop.cancelled.is_set() or stop.overdue():
+                    if not stop.cancelled.is_set():
+                        stop.say("grace period over: cancelling the running episodes")
+                        stop.cancel()
+                    for ref, (kind, *_rest) in list(inflight.items()):
+                        if kind == "play":
+                            ray.cancel(ref, force=False)
+                    return
+                if not any(kind == "play" for kind, *_rest in inflight.values()):
+                    return
             tick = time.perf_counter()
             for index, worker in sorted(enumerate(self.workers), key=lambda w: w[1].load):
                 while worker.state == "ready" and worker.load < k and pending:
@@ -280,8 +297,8 @@ class RayRollout:
                 continue
             tick = time.perf_counter()
             waiting = any(w.ping_at is not None for w in self.workers)
-            ready, _ = ray.wait(list(inflight), num_returns=1,
-                                timeout=RETRY_PING_S if waiting else None)
+            ready, _ = ray.wait(list(inflight), num_returns=1,  # a timeout: Ctrl-C is seen
+                                timeout=RETRY_PING_S if waiting or stop is not None else None)
             self.stats.wait_seconds += time.perf_counter() - tick
             for ref in ready:
                 kind, index, episode, attempt = inflight.pop(ref)
@@ -342,36 +359,62 @@ class RayRollout:
         *,
         on_episode: Callable[[dict[str, Any], dict[str, float]], None] | None = None,
         progress: bool = True,
+        grace: float = DEFAULT_GRACE_S,
     ) -> RunSummary:
         """Play the config's episodes into its run directory (resume, summary, progress bar).
 
         The driver alone appends rows (one fsync'd write each, through `RunDirectory`), so a
         killed driver resumes with `resume=True` like the local runner; an episode that
-        raised is counted as a failure and its partial row kept (`finished: false`)."""
+        raised is counted as a failure and its partial row kept (`finished: false`). Ctrl-C
+        works as in the local runner (`opd_gym.runs.interrupt`); the summary counts every row
+        of the run."""
         config = self.config
         run = RunDirectory(config.out_dir)
         done = run.open_for_run(resume=config.resume)
         todo = [i for i in range(config.episodes) if i not in done]
-        summary = RunSummary(skipped=config.episodes - len(todo), config=_plain_config(config))
-        summary.config["ray"] = {k: v for k, v in vars(self.options).items()
-                                 if k != "runtime_env"}
+        live = RunSummary()
+        failures: list[str] = []
         started = time.perf_counter()
         bar = _progress(len(todo), progress)
-        for result in self.play(todo):
-            if result.error is not None:
-                summary.failures.append(f"episode {result.episode}: {result.error}")
-                if result.row is not None:
-                    run.append(result.row)
-                continue
-            assert result.row is not None
-            run.append(result.row)
-            metrics = summary.count(result.row)
-            data = result.row.to_dict()
-            if on_episode is not None:
-                on_episode(data, metrics)
-            bar(data)
-        summary.seconds = time.perf_counter() - started
+        in_flight = self.options.workers * self.options.episodes_per_worker
+        stop = Interrupt(grace, running=lambda: min(in_flight, len(todo)))
+        aborted = False
+        with stop.installed():
+            try:
+                for result in self.play(todo, stop=stop):
+                    row = result.row
+                    if result.error is not None:
+                        if not stop.cancelled.is_set():
+                            failures.append(f"episode {result.episode}: {result.error}")
+                        if row is not None:
+                            row.finished = False
+                            row.extra["error"] = result.error
+                    if row is None:
+                        continue
+                    if stop.cancelled.is_set():
+                        row = mark_interrupted(row)
+                    run.append(row)
+                    if row.played:
+                        metrics = live.count(row)
+                        data = row.to_dict()
+                        if on_episode is not None:
+                            on_episode(data, metrics)
+                        bar(data)
+            except KeyboardInterrupt:  # the second Ctrl-C: abort now
+                aborted = True
+                stop.cancel()
+            finally:
+                bar.close()
+        summary = RunSummary.of_rows(
+            run.episodes(), repeat=config.repeat, skipped=len(done), failures=failures,
+            config=plain_config(config),
+            seconds=time.perf_counter() - started,
+            interrupted=aborted or stop.deadline is not None)
+        summary.config["ray"] = {k: v for k, v in vars(self.options).items()
+                                 if k != "runtime_env"}
         run.write_summary(summary.to_dict())
+        if aborted:
+            raise KeyboardInterrupt
         return summary
 
     def batches(self, episodes: Iterable[int], batch_size: int) -> Iterator[list[EpisodeRow]]:
@@ -399,10 +442,11 @@ def run_ray_rollout(
     options: RayOptions | None = None,
     on_episode: Callable[[dict[str, Any], dict[str, float]], None] | None = None,
     progress: bool = True,
+    grace: float = DEFAULT_GRACE_S,
 ) -> RunSummary:
-    """`run_rollout` on Ray: same run directory, resume, progress bar and summary."""
+    """`run_rollout` on Ray: same run directory, resume, Ctrl-C, progress bar and summary."""
     with RayRollout(config, make_agent, teacher=teacher, judge=judge, options=options) as ray_run:
-        return ray_run.record(on_episode=on_episode, progress=progress)
+        return ray_run.record(on_episode=on_episode, progress=progress, grace=grace)
 
 
 def _reap_local_containers(sandbox: Any) -> None:

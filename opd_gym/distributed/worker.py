@@ -1,10 +1,11 @@
 """A rollout worker: a Ray actor that plays episodes on its node with its own sandbox pool.
 
 The actor is threaded (`max_concurrency` = episodes in flight); each thread takes a slot (an
-env stack and an agent, built on first use) so several episodes run at once. Episodes are
-played exactly as the local runner plays them (`opd_gym.rollout._play_one`: episode i, task
-`task_ids[i % n]`, seed `seed + i`), so the same seeds give the same episodes. The finished
-row goes back to the driver, which alone writes the run directory.
+env stack and an agent, built on first use) so several episodes run at once. It receives the
+whole run config and builds and plays episodes with the same core as the local runner
+(`opd_gym.runs.core`: `build_env`, `play_episode`), so the same seeds give the same episodes
+and flags such as the tool-call format hold here too. The finished row goes back to the
+driver, which alone writes the run directory.
 
 Creating the pool reaps containers whose owner process is gone (Docker's owner labels), so a
 worker restarted after a crash removes what its dead predecessor left on that node.
@@ -25,21 +26,22 @@ class RolloutWorker:
 
     def __init__(
         self,
+        config: Any,
         tasks: Sequence[Any],
         *,
-        sandbox: Any,
-        max_turns: int,
         make_agent: Callable[[Any], Any],
         opd_options: Mapping[str, Any] | None,
         slots: int = 2,
     ) -> None:
         from opd_gym import specs
+        from opd_gym.grading import Grader
 
+        self.config = config  # a RolloutConfig
         self.tasks = list(tasks)
-        self.max_turns = max_turns
         self.make_agent = make_agent
         self.opd_options = None if opd_options is None else dict(opd_options)
-        self.pool = specs.make_pool(sandbox, size=max(2, slots + 1))
+        self.pool = specs.make_pool(config.sandbox, size=max(2, slots + 1))
+        self.grader = Grader(self.pool)  # shared by this worker's slots: one calibration per task
         self._free: queue.Queue = queue.Queue()
         self._made: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()
@@ -58,31 +60,24 @@ class RolloutWorker:
                 self._made.append(None)  # reserve
         if not build:
             return self._free.get()
-        import gymnasium as gym
+        from opd_gym.runs.core import build_agent, build_env
 
-        from opd_gym.wrappers.recorder import TrajectoryRecorder
-
-        env = gym.make(
-            "opd_gym/Coding-v0", tasks=self.tasks, sandbox=self.pool, max_turns=self.max_turns
-        )
-        if self.opd_options is not None:
-            from opd_gym.opd.wrapper import OPDWrapper
-
-            env = OPDWrapper(env, **self.opd_options)
-        # rows go to the driver; the recorder's own file is a sink it needs (nothing kept here)
-        recorder = TrajectoryRecorder(env, os.devnull, fsync=False)
-        slot = (recorder, self.make_agent(env))
+        # rows go to the driver; the recorder writes nowhere
+        recorder = build_env(self.config, tasks=self.tasks, pool=self.pool,
+                             opd_options=self.opd_options, grader=self.grader)
+        agent = build_agent(recorder, self.make_agent)
+        slot = (recorder, agent)
         with self._lock:
             self._made[self._made.index(None)] = slot
         return slot
 
     def play(self, episode: int, task_id: str, seed: int) -> dict[str, Any]:
         """Play one episode: {"episode", "row"} or {"episode", "error", "row": partial|None}."""
-        from opd_gym.rollout import _play_one
+        from opd_gym.runs.core import play_episode
 
         recorder, agent = self._slot()
         try:
-            row = _play_one(recorder, agent, episode, task_id, seed)
+            row = play_episode(recorder, agent, episode, task_id, seed).to_dict()
             self.episodes_played += 1
             return {"episode": episode, "row": row}
         except Exception as exc:  # one broken episode must not end the run (as locally)
@@ -94,6 +89,12 @@ class RolloutWorker:
             return {"episode": episode, "error": f"{type(exc).__name__}: {exc}", "row": partial}
         finally:
             self._free.put((recorder, agent))
+
+    def prepare(self) -> dict[str, Any]:
+        """Build the first slot now (env, agent, the student's tokenizer checked against the
+        teacher's), so a mismatch stops the run before any episode; then `info()`."""
+        self._free.put(self._slot())
+        return self.info()
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs: process id, host name, Ray node id."""

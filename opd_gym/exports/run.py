@@ -3,16 +3,20 @@ advantages (JSONL each) and Parquet (one row per scored turn; needs pyarrow)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from opd_gym.errors import ConfigError
 from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
-from opd_gym.exports.trainers import TRAINER_FORMATS, trainer_lines
+from opd_gym.exports.trainers import STUDENT_LOGPROBS_HOW, TRAINER_FORMATS, trainer_lines
 from opd_gym.opd.record import OPDRecord
 from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
@@ -85,14 +89,44 @@ def export_run(
     target = (
         Path(out) if out else base / f"export-{fmt}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
     )
-    if fmt == "parquet":
-        _write_parquet(run, target)
-        return target
-    with open(target, "w", encoding="utf-8") as fh:
-        for group in examples(run):
-            for line in _lines(fmt, group, tokenizer):
-                fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    groups = list(examples(run))
+    _check_required(fmt, groups, run)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:  # atomic: a failed export leaves no partial or empty file behind
+        if fmt == "parquet":
+            _write_parquet(groups, tmp)
+        else:
+            written = 0
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for group in groups:
+                    for line in _lines(fmt, group, tokenizer):
+                        fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                        written += 1
+            if not written:
+                raise ConfigError(f"export --to {fmt}: no rows to write from {run} (no turn "
+                                  "gives this format a row, e.g. trl-privileged needs hints)")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
+
+
+# Fields a format cannot be written without, and how a run gets them.
+REQUIRED = {fmt: ("student_logprobs",) for fmt in ("tinker", "slime", "verl")}
+
+
+def _check_required(fmt: str, groups: list[list[TurnExample]], run: Path) -> None:
+    """Refuse (ConfigError naming the field and how to get it) unless every row has what
+    `fmt` needs; an export never fills a missing value in."""
+    if not groups:
+        raise ConfigError(f"export --to {fmt}: {run} has no turns with OPD records (roll out "
+                          "without --no-opd)")
+    for name in REQUIRED.get(fmt, ()):
+        missing = [e for g in groups for e in g if getattr(e.record, name) is None]
+        if missing:
+            total = sum(len(g) for g in groups)
+            raise ConfigError(f"export --to {fmt} needs {name} for every turn; {len(missing)} "
+                              f"of {total} turns have none: {STUDENT_LOGPROBS_HOW}")
 
 
 def _lines(fmt: str, group: list[TurnExample], tokenizer: Any) -> Iterator[dict[str, Any]]:
@@ -124,37 +158,43 @@ def _lines(fmt: str, group: list[TurnExample], tokenizer: Any) -> Iterator[dict[
                 "token_ids": e.record.token_ids.tolist(),
                 "mask": e.record.mask.tolist(),
                 "advantage": _json_floats(to_advantages(e.record)),
+                "student_temperature": e.record.student_temperature,
+                "teacher_temperature": e.record.teacher_temperature,
             }
 
 
-def _write_parquet(run: Path, target: Path) -> None:
+def _write_parquet(groups: list[list[TurnExample]], target: Path) -> None:
+    """One row per turn: the episode's keys, the prompt ids when recorded, and every field
+    of the record (floats as floats, NaN where the record has no value)."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise ImportError("Parquet export needs pyarrow: pip install 'opd_gym[datasets]'") from exc
     rows = []
-    for group in examples(run):
+    for group in groups:
         for e in group:
-            r = e.record
-            rows.append(
-                {
-                    "episode": e.episode,
-                    "task_id": e.task_id,
-                    "turn_index": r.turn_index,
-                    "reward": e.reward,
-                    "hint": r.hint,
-                    "error": r.error,
-                    "scope": r.scope,
-                    "retokenized": r.retokenized,
-                    "token_ids": r.token_ids.tolist(),
-                    "mask": r.mask.tolist(),
-                    "teacher_token_logprobs": r.teacher_token_logprobs.tolist(),
-                    "student_logprobs": None
-                    if r.student_logprobs is None
-                    else r.student_logprobs.tolist(),
-                    "teacher_topk_ids": r.teacher_topk_ids.tolist(),
-                    "teacher_topk_logprobs": r.teacher_topk_logprobs.tolist(),
-                }
-            )
+            prompt = e.turn.get("prompt_ids")
+            rows.append({
+                "episode": e.episode,
+                "task_id": e.task_id,
+                "reward": e.reward,
+                "prompt_ids": None if prompt is None else [int(i) for i in prompt],
+                **parquet_fields(e.record),
+            })
     pq.write_table(pa.Table.from_pylist(rows), target)
+
+
+def parquet_fields(record: OPDRecord) -> dict[str, Any]:
+    """Every field of `record` as parquet values: arrays as (nested) lists, floats kept."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif f.name == "skip_reason":
+            value = None if value is None else str(value)
+        elif f.name in ("votes", "timing"):
+            value = json.dumps(value)
+        out[f.name] = value
+    return out

@@ -95,14 +95,17 @@ def to_slime_sample(
     ``teacher_log_probs`` float32 [R] is the teacher's logprob of each response token; where
     the teacher gave no signal it is the student's own logprob (`neutral="student"`, OpenClaw's
     convention: zero advantage) and ``loss_mask`` stays 1, or, with `neutral="mask"` or when the
-    record has no student logprobs, ``loss_mask`` is 0 there and the value is the student's
-    logprob or 0.0 (never NaN).
+    ``loss_mask`` is 0 there and the value is the student's logprob (never NaN). A record
+    without student logprobs is refused (``rollout_log_probs`` has no honest value).
     """
     if neutral not in ("student", "mask"):
         raise ConfigError(f"to_slime_sample: neutral must be 'student' or 'mask', got {neutral!r}")
     prompt = _ids(prompt_ids)
     student = record.student_logprobs
-    rollout = np.zeros(record.num_tokens, np.float32) if student is None else student.copy()
+    if student is None:
+        raise ValueError("to_slime_sample: the record has no student_logprobs (slime's "
+                         "rollout_log_probs); " + STUDENT_LOGPROBS_HOW)
+    rollout = student.copy()
     teacher = np.where(record.mask, record.teacher_token_logprobs, rollout).astype(np.float32)
     loss_mask = np.ones(record.num_tokens, np.int64)
     if neutral == "mask" or student is None:
@@ -118,6 +121,13 @@ def to_slime_sample(
     }
 
 
+STUDENT_LOGPROBS_HOW = (
+    "roll out with a policy that returns its sampling logprobs (--policy tiny, smollm2 or "
+    "hf:PATH always do; vllm:URL only at temperature 1 without top-p/top-k/min-p, or with "
+    "VLLMPolicy(processed_logprobs=True) against a server started with --logprobs-mode "
+    "processed_logprobs); scripted policies (demo, reference) and text-only agents give none")
+
+
 def to_verl_batch(
     records: Sequence[OPDRecord],
     prompt_ids: Sequence[Sequence[int]],
@@ -130,7 +140,7 @@ def to_verl_batch(
     Prompts are left-padded to P, responses right-padded to R: ``prompts`` [B, P],
     ``responses`` [B, R], ``input_ids`` / ``attention_mask`` / ``position_ids`` [B, P+R],
     ``response_mask`` [B, R] (1 where the teacher gave a signal: the distillation loss mask),
-    ``old_log_probs`` [B, R] (the student's sampling logprobs, 0.0 where unknown),
+    ``old_log_probs`` [B, R] (the student's sampling logprobs; records without are refused),
     ``ref_log_prob`` [B, R] (teacher logprob of the sampled token; the student's own where
     unscored, so the KL there is 0), ``ref_topk_log_probs`` float32 and ``ref_topk_indices``
     int64 [B, R, K] (padding index 0 with logprob -1e9).
@@ -160,8 +170,10 @@ def to_verl_batch(
         out["responses"][i, :t] = rec.token_ids
         out["attention_mask"][i, p - len(prompt): p + t] = 1
         out["response_mask"][i, :t] = rec.mask
-        student = (np.zeros(t, np.float32) if rec.student_logprobs is None
-                   else rec.student_logprobs)
+        if rec.student_logprobs is None:
+            raise ValueError("to_verl_batch: a record has no student_logprobs (verl's "
+                             "old_log_probs); " + STUDENT_LOGPROBS_HOW)
+        student = rec.student_logprobs
         out["old_log_probs"][i, :t] = student
         out["ref_log_prob"][i, :t] = np.where(rec.mask, rec.teacher_token_logprobs, student)
         width = min(k, rec.topk)
@@ -296,6 +308,6 @@ def trainer_lines(
             sample = to_slime_sample(e.record, prompt_ids(e), e.reward)
             lines.append({**base, **{key: _json_array(v) if isinstance(v, np.ndarray) else v
                                      for key, v in sample.items()}})
-        elif e.record.student_logprobs is not None:  # tinker needs the sampler's logprobs
+        else:  # tinker: every record has the sampler's logprobs (checked by the caller)
             lines.append({**base, **to_tinker_datum(e.record, prompt_ids(e))})
     return lines

@@ -1,26 +1,43 @@
-"""Grading: the hidden tests run in a harness the agent's code cannot reach; see grader.py.
+"""Grading: hidden tests and their canary twins run with the agent's code; see grader.py.
 
 Layout: `report` (GradeReport, TestOutcome), `expected` (which tests the hidden files define),
-`launch` (starting the in-sandbox harness), `verdict` (checking what it returns), `grader`.
+`canary` (the perturbed twins and the two variants), `launch` (starting the in-sandbox
+harness), `verdict` (checking and merging what it returns), `grader`.
 """
 
+from opd_gym.grading.canary import CanarySet, Variants, build_variants, make_canaries
 from opd_gym.grading.expected import expected_tests, test_paths
-from opd_gym.grading.grader import GRADE_DIR, Grader, SandboxSource, select_files
+from opd_gym.grading.grader import GRADE_DIR, Grader, SandboxSource, select_files, task_key
 from opd_gym.grading.launch import run_harness_here
 from opd_gym.grading.report import GradeReport, TestOutcome
-from opd_gym.grading.verdict import VerdictError, build_report, parse_verdict
+from opd_gym.grading.verdict import (
+    Calibration,
+    Merged,
+    VerdictError,
+    build_report,
+    merge,
+    parse_verdict,
+)
 
 __all__ = [
     "GRADE_DIR",
+    "Calibration",
+    "CanarySet",
     "GradeReport",
     "Grader",
+    "Merged",
     "SandboxSource",
     "TestOutcome",
+    "Variants",
     "VerdictError",
     "build_report",
+    "build_variants",
     "expected_tests",
+    "make_canaries",
+    "merge",
     "parse_verdict",
     "run_harness_here",
     "select_files",
+    "task_key",
     "test_paths",
 ]

@@ -8,12 +8,11 @@ their `[...]` suffix removed.
 
 from __future__ import annotations
 
-import ast
 import re
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
+from opd_gym.grading.canary import collected_tests, parse
 from opd_gym.tasks.model import Task
 
 _PARAMS = re.compile(r"\[.*\]$", re.S)
@@ -28,40 +27,15 @@ def test_paths(task: Task) -> list[str]:
     return sorted(named or python)
 
 
-def _class_tests(node: ast.ClassDef, prefix: str) -> Iterable[str]:
-    body = node.body
-    if any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in body):
-        return
-    for child in body:
-        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and child.name.startswith(
-            "test"
-        ):
-            yield f"{prefix}::{node.name}::{child.name}"
-        elif isinstance(child, ast.ClassDef) and child.name.startswith("Test"):
-            yield from _class_tests(child, f"{prefix}::{node.name}")
-
-
-# CPython 3.11 (before 3.11.9, gh-106905) raises "AST constructor recursion depth mismatch"
-# when threads parse at once, as parallel episodes grade at once: parse one at a time.
-_PARSE_LOCK = threading.Lock()
-
-
 def expected_tests(sources: Mapping[str, str], paths: Iterable[str]) -> set[str]:
     """Base ids (`path::name` or `path::Class::name`) the given test modules define."""
     ids: set[str] = set()
     for path in paths:
         try:
-            with _PARSE_LOCK:
-                tree = ast.parse(sources[path])
+            tree = parse(sources[path])  # under the lock of gh-106905 (see canary.parse)
         except SyntaxError:
             continue
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
-                "test"
-            ):
-                ids.add(f"{path}::{node.name}")
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                ids.update(_class_tests(node, path))
+        ids.update(test_id for test_id, _ in collected_tests(tree, path))
     return ids
 
 

@@ -1,10 +1,13 @@
 """Start the grading harness in a sandbox and collect its verdict bytes.
 
-Docker: the harness is a separate `docker exec` as root (whose only capabilities are to start,
-and kill, processes of the agent's uid); its request arrives on stdin and its verdict leaves
-on stdout, a stream no process of the agent's uid can open. bubblewrap and local sandboxes
-cannot separate uids without privileges: there the harness runs as the agent's uid through
-the sandbox shell, and the grade is only as trustworthy as the agent is (documented in
+The harness (`sandbox/grade_harness.py`, request and verdict version 2) runs each variant of
+the hidden tests with the agent's code in one plain pytest process per variant, concurrently,
+and writes one JSON verdict line. Docker: the harness is a separate `docker exec` as root
+(whose only capabilities are to start, and kill, processes of the agent's uid) and each
+variant drops to the agent's uid; its request arrives on stdin and its verdict leaves on
+stdout, a stream no process of the agent's uid can open. bubblewrap and local sandboxes cannot
+separate uids without privileges: there the harness runs as the agent's uid through the
+sandbox shell, and the grade is only as trustworthy as the agent is (documented in
 docs/threat-model.md; use Docker for RL).
 """
 
@@ -17,13 +20,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from opd_gym.grading.expected import test_paths
 from opd_gym.resources import data_path
 from opd_gym.sandboxes import Sandbox, SandboxError, SandboxTimeout
-from opd_gym.tasks.model import Task
 
 MAX_VERDICT_BYTES = 64 << 20
 GENERIC_DIR = ".opd_grade"
@@ -31,34 +33,45 @@ GENERIC_DIR = ".opd_grade"
 
 @cache
 def harness_source() -> str:
-    """The in-sandbox harness (trusted side), passed with `python3 -c`."""
+    """The in-sandbox harness (`sandbox/grade_harness.py`), passed with `python3 -I -c`."""
     return data_path("sandbox", "grade_harness.py").read_text()
 
 
-@cache
-def runner_source() -> str:
-    """The in-sandbox runner (agent side), handed to the harness in its request."""
-    return data_path("sandbox", "grade_runner.py").read_text()
+def harness_request(
+    workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
+    ini: str | None, args: Sequence[str],
+) -> dict[str, Any]:
+    """What the harness reads on stdin (request version 2).
 
-
-def harness_request(task: Task, workspace: str, uid: int | None) -> dict[str, Any]:
-    """What the harness reads on stdin: the hidden tests, the runner, the uid and the budget."""
+    `workspace`: the agent's files in the sandbox; `uid`: the agent's uid (None: run as the
+    harness's own uid, bwrap/local); `timeout`: seconds each variant's pytest run may take;
+    `variants`: per variant (1 to 4), the hidden test files ({relative path: text}) laid
+    over a copy of the workspace; `ini`: the task's ini text for `-c` (None: an empty
+    `[pytest]`); `args`: pytest arguments relative to the tree root (test paths, options).
+    The harness itself adds `-c`, `--rootdir` and `--confcutdir` (the tree),
+    `-p no:cacheprovider` and `--continue-on-collection-errors`.
+    """
     return {
-        "tests": dict(task.tests), "paths": test_paths(task), "runner": runner_source(),
-        "workspace": workspace, "agent_uid": uid, "timeout": task.timeout,
+        "version": 2, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
+        "ini": ini, "args": [str(a) for a in args],
+        "variants": [{"files": dict(files)} for files in variants],
     }
 
 
-def run_harness_here(task: Task, workspace: str | os.PathLike[str]) -> bytes:
+def run_harness_here(
+    workspace: str | os.PathLike[str], variants: Sequence[Mapping[str, str]], *,
+    ini: str | None = None, args: Sequence[str] = (), timeout: float = 60.0,
+) -> bytes:
     """Run the harness as a plain local process on a workspace directory (no isolation).
 
     For task authors and the suite's own checks: the same harness and protocol as in a
     sandbox, with the agent's code under this process's uid. Never for untrusted code.
+    Returns the harness's stdout (the verdict is its last line).
     """
-    request = harness_request(task, os.fspath(workspace), None)
+    request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args)
     proc = subprocess.run(
         [sys.executable, "-I", "-c", harness_source()], input=json.dumps(request).encode(),
-        capture_output=True, timeout=task.timeout + 60, check=False,
+        capture_output=True, timeout=timeout + 60, check=False,
     )
     if not proc.stdout.strip():
         raise SandboxError(f"the grading harness failed: {proc.stderr[-1500:].decode()}")

@@ -2,6 +2,13 @@
 
 `GradeReport` is what the env, the rewards and the exports read; `TestOutcome` is one hidden
 test's result. Both are plain frozen data, built by the grader from the harness's verdict.
+
+Scoring (see docs/threat-model.md): a test EARNS when it has a valid canary and the untouched
+starter fails it; every other test is a GATE, which must pass but earns nothing. The score is
+the fraction of earning tests passed; it is 0 when a gate fails, when a test passed with its valid canary
+(`forgery`), when the run failed (`reason`), or when the task has no earning test at all.
+Skipped and xfailed tests neither earn nor fail when the reference solution's run skips or
+xfails them too; otherwise a skip or xfail counts as not passed. An xpass counts as a pass.
 """
 
 from __future__ import annotations
@@ -9,26 +16,38 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 MESSAGE_CHARS = 500
-OUTCOMES = ("passed", "failed", "error", "skipped")
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+PASSING = ("passed", "xpassed")
 
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """One hidden test: `outcome` is passed, failed, error or skipped."""
+    """One hidden test: `outcome` is one of OUTCOMES.
+
+    `earns` is True for a test that counts toward the score (else it is a gate, or neutral
+    when `neutral`); `canary` is the outcome of its canary twin ("" when it has none).
+    """
 
     __test__ = False  # not a pytest test class
 
     name: str
     outcome: str
     message: str = ""
+    earns: bool = True
+    canary: str = ""
+    neutral: bool = False
 
 
 @dataclass(frozen=True)
 class GradeReport:
-    """The verdict on one submission; `score` is the fraction of hidden tests that passed.
+    """The verdict on one submission; `score` is the fraction of earning tests that passed.
 
     `reason` is empty when the tests ran normally, else why the run counts as a failure (then
-    `passed` is 0). `infra_error` marks failures of our machinery rather than of the code.
+    the score is 0). `infra_error` marks failures of our machinery rather than of the code.
+    `forgery` names the tests passed together with their canary (a forgery: the score is 0). `earning` and
+    `earned` count the earning tests and those passed; `gates_failed` names failing gates;
+    `canaried` counts the tests with a valid canary; `calibrated` says the canaries were
+    validated with the reference solution and the gates taken from the starter's run.
     """
 
     task_id: str
@@ -36,6 +55,8 @@ class GradeReport:
     failed: int = 0
     errors: int = 0
     skipped: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
     tests: tuple[TestOutcome, ...] = ()
     timed_out: bool = False
     duration: float = 0.0
@@ -44,35 +65,49 @@ class GradeReport:
     reason: str = ""
     infra_error: bool = False
     dropped: tuple[str, ...] = field(default_factory=tuple)
+    forgery: tuple[str, ...] = ()
+    gates_failed: tuple[str, ...] = ()
+    earning: int = 0
+    earned: int = 0
+    canaried: int = 0
+    calibrated: bool = False
 
     @property
     def total(self) -> int:
-        return self.passed + self.failed + self.errors + self.skipped
+        return (self.passed + self.failed + self.errors + self.skipped + self.xfailed
+                + self.xpassed)
 
     @property
     def score(self) -> float:
-        return self.passed / self.total if self.total and not self.reason else 0.0
+        if self.reason or self.forgery or self.gates_failed or not self.earning:
+            return 0.0
+        return self.earned / self.earning
 
     @property
     def all_passed(self) -> bool:
-        return not self.reason and self.total > 0 and self.passed == self.total
+        """Fully solved: every earning test and every gate passed, no forgery, no failure."""
+        return self.score == 1.0 and self.earned == self.earning > 0
 
     def summary(self) -> str:
         """One line for the agent and logs, e.g. `Hidden tests: 4 of 5 passed.`."""
         if self.reason:
             return f"Hidden tests: grading failed ({self.reason})."
-        failing = [t.name for t in self.tests if t.outcome != "passed"]
-        text = f"Hidden tests: {self.passed} of {self.total} passed."
+        failing = [t.name for t in self.tests if t.outcome not in PASSING and not t.neutral]
+        text = f"Hidden tests: {self.passed + self.xpassed} of {self.total} passed."
         if failing:
             more = " ..." if len(failing) > 5 else ""
             text += f" Not passed: {', '.join(failing[:5])}{more}."
+        if self.gates_failed:
+            text += (f" A test that must keep passing failed "
+                     f"({', '.join(self.gates_failed[:3])}): score 0.")
         return text
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-able dict (tests as a list of dicts, tuples as lists) plus `score`/`total`."""
         data = asdict(self)
         data["tests"] = [asdict(t) for t in self.tests]
-        data["dropped"] = list(self.dropped)
+        for key in ("dropped", "forgery", "gates_failed"):
+            data[key] = list(getattr(self, key))
         data["total"] = self.total
         data["score"] = self.score
         return data

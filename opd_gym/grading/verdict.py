@@ -1,21 +1,24 @@
-"""The harness's verdict, checked: plain JSON of a fixed shape turned into a GradeReport.
+"""The harness's verdict, checked, and merged from its two variants into one GradeReport.
 
-The verdict comes over a channel the agent's code cannot write (see docs/threat-model.md),
-yet it is still validated field by field and capped, and the tests it reports must be
-exactly the hidden tests: a missing or an extra test fails the grade with a reason.
+The verdict is validated field by field and capped. Each variant must report exactly the
+hidden tests (a missing or an extra test fails the grade with a reason). The real outcome of
+a test is read from the variant that held the real test, its canary's from the other; which
+is which never left the host (see canary.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from opd_gym.errors import GradingError
+from opd_gym.grading.canary import CanarySet, Variants
 from opd_gym.grading.expected import base_id, display_name
-from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, GradeReport, TestOutcome
+from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
 
-VERSION = 1
+VERSION = 2
 MAX_TESTS = 100_000
 
 
@@ -29,7 +32,22 @@ def _str(value: Any, what: str) -> str:
     return value
 
 
-def parse_verdict(raw: bytes) -> dict[str, Any]:
+def _check_variant(data: Any) -> None:
+    if not isinstance(data, dict):
+        raise VerdictError("a verdict variant is not an object")
+    tests = data.get("tests")
+    if not isinstance(tests, list) or len(tests) > MAX_TESTS:
+        raise VerdictError("the verdict's test list is missing or too long")
+    for entry in tests:
+        if not isinstance(entry, dict) or entry.get("outcome") not in OUTCOMES:
+            raise VerdictError("a verdict entry has an unknown shape or outcome")
+        _str(entry.get("id"), "a test id")
+        _str(entry.get("message", ""), "a test message")
+    if not isinstance(data.get("collect_errors", []), list):
+        raise VerdictError("the verdict's collect_errors is not a list")
+
+
+def parse_verdict(raw: bytes, variants: int = 2) -> dict[str, Any]:
     """The verdict object from the harness's output (its last non-empty line)."""
     lines = [line for line in raw.splitlines() if line.strip()]
     if not lines:
@@ -40,57 +58,160 @@ def parse_verdict(raw: bytes) -> dict[str, Any]:
         raise VerdictError(f"the grading harness's verdict is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise VerdictError("the grading harness's verdict has an unknown shape or version")
-    tests = data.get("tests")
-    if not isinstance(tests, list) or len(tests) > MAX_TESTS:
-        raise VerdictError("the verdict's test list is missing or too long")
-    for entry in tests:
-        if not isinstance(entry, dict) or entry.get("outcome") not in OUTCOMES:
-            raise VerdictError("a verdict entry has an unknown shape or outcome")
-        _str(entry.get("id"), "a test id")
-        _str(entry.get("message", ""), "a test message")
-    for key in ("collected", "collect_errors"):
-        if not isinstance(data.get(key, []), list):
-            raise VerdictError(f"the verdict's {key} is not a list")
+    runs = data.get("variants")
+    if not isinstance(runs, list) or len(runs) != variants:
+        raise VerdictError(f"the verdict does not hold {variants} variant runs")
+    for run in runs:
+        _check_variant(run)
     return data
 
 
-def build_report(data: Mapping[str, Any], expected: set[str], base: Mapping[str, Any],
-                 duration: float) -> GradeReport:
-    """A GradeReport from a parsed verdict, failed with a reason unless it is complete."""
-    outcomes = [
-        TestOutcome(display_name(e["id"]), e["outcome"], e.get("message", "")[:MESSAGE_CHARS])
-        for e in data["tests"]
-    ]
-    for error in data.get("collect_errors", [])[:100]:
-        if isinstance(error, list) and len(error) == 2 and all(isinstance(x, str) for x in error):
-            outcomes.append(TestOutcome(display_name(error[0] or "<collection>"), "error",
-                                        error[1][:MESSAGE_CHARS]))
-    counts = {o: sum(t.outcome == o for t in outcomes) for o in OUTCOMES}
-    common = dict(
-        base, passed=counts["passed"], failed=counts["failed"], errors=counts["error"],
-        skipped=counts["skipped"], tests=tuple(outcomes), duration=duration,
-        exit_code=int(data.get("exit", -1)) if isinstance(data.get("exit"), int) else -1,
-        output=str(data.get("output", ""))[-2000:], timed_out=bool(data.get("timed_out")),
-    )
-    ran = {base_id(e["id"]) for e in data["tests"]}
-    missing, extra = sorted(expected - ran), sorted(ran - expected)
-    if common["timed_out"]:
-        return GradeReport(**common, reason="the test run timed out (the solution used up the "
-                           "time budget)")
+@dataclass
+class Merged:
+    """Both variants of one run, merged: real outcome per node id, canary outcome per id."""
+
+    real: dict[str, tuple[str, str]] = field(default_factory=dict)
+    canary: dict[str, str] = field(default_factory=dict)
+    collect_errors: list[tuple[str, str]] = field(default_factory=list)
+    reason: str = ""
+    timed_out: bool = False
+    exit_code: int = -1
+    output: str = ""
+
+
+def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canaries: CanarySet,
+          variants: Variants) -> Merged:
+    """Real and canary outcomes from a parsed verdict; `reason` set unless both runs are whole.
+
+    `expected` holds base ids (static reading) or, with `exact`, the full node ids a run must
+    report (a task's `test_ids`).
+    """
+    runs = data["variants"]
+    merged = Merged()
+    merged.timed_out = any(bool(r.get("timed_out")) for r in runs)
+    exits = [r.get("exit") for r in runs]
+    merged.exit_code = max((e for e in exits if isinstance(e, int)), default=-1)
+    merged.output = "\n".join(str(r.get("output", ""))[-1000:] for r in runs)[-2000:]
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        for error in run.get("collect_errors", [])[:100]:
+            if isinstance(error, list) and len(error) == 2 and all(
+                isinstance(x, str) for x in error
+            ) and (error[0], error[1]) not in seen:
+                seen.add((error[0], error[1]))
+                merged.collect_errors.append((error[0], error[1]))
+    by_variant: list[dict[str, tuple[str, str]]] = []
+    for run in runs:
+        entries: dict[str, tuple[str, str]] = {}
+        for entry in run["tests"]:
+            entries.setdefault(entry["id"], (entry["outcome"],
+                                             entry.get("message", "")[:MESSAGE_CHARS]))
+        by_variant.append(entries)
+    for nodeid in by_variant[0]:
+        base = base_id(nodeid)
+        real = variants.real_in.get(base, 0)
+        if nodeid in by_variant[real]:
+            merged.real[nodeid] = by_variant[real][nodeid]
+        if base in canaries.canaries and nodeid in by_variant[1 - real]:
+            merged.canary[nodeid] = by_variant[1 - real][nodeid][0]
+    if merged.timed_out:
+        merged.reason = "the test run timed out (the solution used up the time budget)"
+        return merged
     if not expected:
-        return GradeReport(**common, reason="the task defines no hidden tests")
-    if not ran:
-        return GradeReport(**{**common, "passed": 0}, reason="no tests ran")
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} hidden test(s) did not run ({_few(missing)})")
-        if extra:
-            parts.append(f"{len(extra)} test(s) ran that are not hidden tests ({_few(extra)})")
-        return GradeReport(**{**common, "passed": 0}, reason="; ".join(parts))
-    return GradeReport(**common)
+        merged.reason = "the task defines no hidden tests"
+        return merged
+    wanted = set(expected)
+    problems = []
+    for index, entries in enumerate(by_variant):
+        ran = set(entries) if exact else {base_id(i) for i in entries}
+        missing, extra = sorted(wanted - ran), sorted(ran - wanted)
+        if not ran:
+            problems.append("no tests ran")
+        elif missing or extra:
+            if missing:
+                problems.append(f"{len(missing)} hidden test(s) did not run ({_few(missing)})")
+            if extra:
+                problems.append(
+                    f"{len(extra)} test(s) ran that are not hidden tests ({_few(extra)})")
+        if problems:
+            break
+        if index == 1 and set(entries) != set(by_variant[0]):
+            problems.append("the two runs of the hidden tests collected different test ids")
+    merged.reason = "; ".join(problems)
+    return merged
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the reference solution and the untouched starter showed about a task's tests.
+
+    `invalid`: node ids whose canary the reference passes (a useless canary: the test becomes
+    a gate); `starter_passed`: node ids the starter passes (gates); `neutral`: node ids the
+    reference does not pass (skipped, xfailed or failing: they neither earn nor fail);
+    `calibrated`: a reference solution was run.
+    """
+
+    canaries: CanarySet
+    invalid: frozenset[str] = frozenset()
+    starter_passed: frozenset[str] = frozenset()
+    neutral: frozenset[str] = frozenset()
+    calibrated: bool = False
+
+
+def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, Any],
+                 duration: float) -> GradeReport:
+    """A GradeReport from merged outcomes under the scoring rules of report.py."""
+    canaries = calibration.canaries.canaries
+    outcomes: list[TestOutcome] = []
+    forgery: list[str] = []
+    gates_failed: list[str] = []
+    earning = earned = canaried = 0
+    for nodeid, (outcome, message) in merged.real.items():
+        name = display_name(nodeid)
+        valid = base_id(nodeid) in canaries and nodeid not in calibration.invalid
+        canary = merged.canary.get(nodeid, "")
+        neutral = nodeid in calibration.neutral
+        earns = valid and not neutral and nodeid not in calibration.starter_passed
+        canaried += valid
+        if valid and canary in PASSING and outcome in PASSING:
+            # A contradiction: no code passes `x == E` and `x == E'` honestly. A canary passed
+            # alone is a wrong answer that happens to equal the changed value: no forgery.
+            forgery.append(name)
+        if earns:
+            earning += 1
+            earned += outcome in PASSING
+        elif not neutral and outcome not in PASSING:
+            gates_failed.append(name)
+        outcomes.append(TestOutcome(name, outcome, message, earns=earns, canary=canary,
+                                    neutral=neutral))
+    for path, message in merged.collect_errors:
+        outcomes.append(TestOutcome(display_name(path or "<collection>"), "error",
+                                    message[:MESSAGE_CHARS], earns=False))
+    counts = {o: sum(t.outcome == o for t in outcomes) for o in OUTCOMES}
+    reason = merged.reason
+    if not reason and forgery:
+        reason = (f"a canary passed with its test ({_few_names(forgery)}): a hidden test and "
+                  "its twin with one expected value changed both passed, which no code does "
+                  "honestly (forged result)")
+    if not reason and not earning:
+        reason = ("the task cannot be verified: no hidden test both has a valid canary and "
+                  "fails on the untouched starter")
+    failed_run = bool(merged.reason)
+    return GradeReport(
+        **base, passed=0 if failed_run else counts["passed"], failed=counts["failed"],
+        errors=counts["error"], skipped=counts["skipped"], xfailed=counts["xfailed"],
+        xpassed=0 if failed_run else counts["xpassed"], tests=tuple(outcomes),
+        duration=duration, exit_code=merged.exit_code, output=merged.output,
+        timed_out=merged.timed_out, reason=reason, forgery=tuple(forgery),
+        gates_failed=tuple(gates_failed), earning=earning, earned=0 if failed_run else earned,
+        canaried=canaried, calibrated=calibration.calibrated,
+    )
 
 
 def _few(ids: list[str]) -> str:
-    shown = ", ".join(display_name(i) for i in ids[:3])
-    return shown + (", ..." if len(ids) > 3 else "")
+    return _few_names([display_name(i) for i in ids])
+
+
+def _few_names(names: list[str]) -> str:
+    shown = ", ".join(names[:3])
+    return shown + (", ..." if len(names) > 3 else "")

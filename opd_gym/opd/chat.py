@@ -253,28 +253,76 @@ def build_episode_ids(
     return plan.passes[0].ids, plan.passes[0].spans
 
 
-def check_same_tokenizer(a: Any, b: Any) -> None:
-    """Raise ConfigError naming the first differences if two tokenizers do not share ids."""
+SAMPLE_TEXT = ("def add(a, b):\n    return a + b  # Grüße, 数字 and émoji 🙂\n"
+               "<tool_call>{\"name\": \"terminal\", \"arguments\": {\"command\": \"ls\"}}"
+               "</tool_call>")
+SAMPLE_CHAT = ({"role": "system", "content": "You are a coding agent."},
+               {"role": "user", "content": "Fix the bug in add()."},
+               {"role": "assistant", "content": "Reading the file."},
+               {"role": "user", "content": "ok"})
+
+
+def tokenizer_difference(a: Any, b: Any) -> str | None:
+    """Why tokens sampled under tokenizer `a` would mean something else under `b`, or None.
+
+    Compares the vocabularies (every token and its id), the special tokens, the ids the
+    chat templates give a sample conversation (their special-token ids and markup), and a
+    round trip of sample text (encoded by one, decoded by the other)."""
     va, vb = a.get_vocab(), b.get_vocab()
     if va != vb:
         only_a = sorted(set(va) - set(vb))
         only_b = sorted(set(vb) - set(va))
         moved = sorted(tok for tok in set(va) & set(vb) if va[tok] != vb[tok])
-        parts = [f"vocab sizes {len(va)} vs {len(vb)}"]
+        parts = [f"vocabularies differ ({len(va)} vs {len(vb)} tokens"]
         if only_a:
-            parts.append(f"{len(only_a)} tokens only in the first, e.g. {only_a[:3]}")
+            parts.append(f"{len(only_a)} only in the first, e.g. {only_a[:2]}")
         if only_b:
-            parts.append(f"{len(only_b)} tokens only in the second, e.g. {only_b[:3]}")
+            parts.append(f"{len(only_b)} only in the second, e.g. {only_b[:2]}")
         if moved:
             tok = moved[0]
-            parts.append(f"{len(moved)} tokens with different ids, e.g. {tok!r}: "
-                         f"{va[tok]} vs {vb[tok]}")
-        raise ConfigError("tokenizers differ: " + "; ".join(parts))
+            parts.append(f"{len(moved)} with other ids, e.g. {tok!r}: {va[tok]} vs {vb[tok]}")
+        return "; ".join(parts) + ")"
     sa, sb = _special_tokens(a), _special_tokens(b)
     if sa != sb:
         diff = sorted(set(sa.items()) ^ set(sb.items()))
-        raise ConfigError(f"tokenizers differ in special tokens: {diff[:4]} "
-                         f"(first has {sorted(sa.items())}, second has {sorted(sb.items())})")
+        return f"special tokens differ: {diff[:4]}"
+    ta, tb = _template_ids(a), _template_ids(b)
+    if ta != tb:
+        at = _first_difference(ta or [], tb or [])
+        return (f"chat templates give different ids (first difference at position {at}: "
+                f"{(ta or [])[at:at + 4]} vs {(tb or [])[at:at + 4]})")
+    ea = list(a.encode(SAMPLE_TEXT, add_special_tokens=False))
+    eb = list(b.encode(SAMPLE_TEXT, add_special_tokens=False))
+    if ea != eb:
+        return (f"sample text encodes differently (first difference at token "
+                f"{_first_difference(ea, eb)})")
+    if b.decode(ea, skip_special_tokens=False) != a.decode(ea, skip_special_tokens=False):
+        return "sample text decodes differently"
+    return None
+
+
+def _template_ids(tok: Any) -> list[int] | None:
+    """The ids a tokenizer's chat template gives the sample conversation (None: no template)."""
+    if not getattr(tok, "chat_template", None):
+        return None
+    return render_ids(tok, SAMPLE_CHAT, None, add_generation_prompt=True)
+
+
+def _name(tok: Any) -> str:
+    return str(getattr(tok, "name_or_path", "") or type(tok).__name__)
+
+
+def check_same_tokenizer(a: Any, b: Any, names: tuple[str, str] | None = None) -> None:
+    """Raise ConfigError in one line if ids under tokenizer `a` do not mean the same under `b`.
+
+    `names` label the two sides in the message (e.g. the student policy and the teacher)."""
+    why = tokenizer_difference(a, b)
+    if why is None:
+        return
+    first, second = names or (_name(a), _name(b))
+    raise ConfigError(f"tokenizers differ: {first} vs {second}: {why}; the teacher must share "
+                      "the student's tokenizer (same vocabulary, special tokens and chat "
+                      "template)")
 
 
 def _special_tokens(tok: Any) -> dict[str, str]:

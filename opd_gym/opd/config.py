@@ -23,6 +23,7 @@ from opd_gym.opd.judges import HINT_CHOICES, VOTE_RULES, check_judge_options
 from opd_gym.opd.scorer import SCOPES
 
 DELIVERIES = ("per_step", "per_episode")
+UNCHECKED = "unchecked"  # student_tokenizer: the user opts out of the tokenizer check
 DEFAULT_TOPK = 20  # a vLLM server's default --max-logprobs, so every teacher takes it as is
 
 
@@ -51,8 +52,19 @@ class OPDConfig:
         vote_rule, hint_choice: how LLM judge votes are combined (see `opd_gym.opd.judges`).
         score_without_hint: also score turns the judge gave no hint.
         judge_workers: turns judged concurrently.
-        student_tokenizer: path or tokenizer of the student; refused if it differs from the
-            teacher's (checked when the teacher is loaded).
+        student_tokenizer: the student's tokenizer ("tiny", "smollm2", "hf:PATH", a model
+            folder or a tokenizer object), compared with the teacher's (vocabulary, special
+            tokens, chat-template ids, a text round trip) when the teacher is loaded, before
+            the first episode; a mismatch is a ConfigError naming both. None (unknown): a turn
+            that carries token ids is refused, unless the rollout job learned the tokenizer
+            from the agent; "unchecked" opts out and every record says `ids_unchecked`.
+        student_temperature: the temperature the agent's logprobs are at (the bundled
+            policies report the distribution they sampled from); recorded in every record,
+            None when not stated.
+        teacher_temperature: the teacher's logprobs are of softmax(logits / T); 1.0 (default)
+            is the model's own distribution. Only hf: teachers take another value.
+        no_hint_control: share (0..1) of hinted turns also scored with an empty hint (the
+            control); the run reports the mean teacher - student gap of those control turns.
         copy_guard: "mask" or "keep" hint copies in the response (see `opd_gym.opd.copyguard`).
         copy_min_words: consecutive hint words that count as a copy.
         on_history_rewrite: episode scope, a turn whose prompt rewrites history: "split" or
@@ -78,6 +90,9 @@ class OPDConfig:
     score_without_hint: bool = True
     judge_workers: int = 4
     student_tokenizer: Any = None
+    student_temperature: float | None = None
+    teacher_temperature: float = 1.0
+    no_hint_control: float = 0.0
     copy_guard: str = "mask"
     copy_min_words: int = 4
     on_history_rewrite: str = "split"
@@ -114,6 +129,28 @@ class OPDConfig:
         if self.hint_scope == "episode" and self.hint_placement != "before_turn":
             raise ConfigError("the episode hint scope places each hint before its turn: use "
                               "hint_placement='before_turn'")
+        for name in ("teacher_temperature", "student_temperature"):
+            value = getattr(self, name)
+            if value is None and name == "student_temperature":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{name} must be a number > 0, got {value!r}")
+        control = self.no_hint_control
+        if isinstance(control, bool) or not isinstance(control, int | float) or \
+                not 0.0 <= control <= 1.0:
+            raise ConfigError(f"no_hint_control must be a share between 0 and 1, got {control!r}")
+        if control and self.hint_scope == "episode":
+            raise ConfigError("no_hint_control scores turns one by one: use hint_scope='turn' "
+                              "(the episode scope's empty-hint control is a run without a judge)")
+        if isinstance(self.student_tokenizer, str) and self.student_tokenizer != UNCHECKED:
+            from opd_gym import specs
+
+            if ":" in self.student_tokenizer and not self.student_tokenizer.startswith("/"):
+                specs.parse("tokenizer", self.student_tokenizer)
+        if self.judge in (None, "none") and not self.score_without_hint:
+            raise ConfigError("judge=None gives no hints and score_without_hint=False scores "
+                              "only hinted turns: no turn would ever be scored; set a judge or "
+                              "score_without_hint=True")
         self._check_teacher()
         self._check_judge()
 
@@ -135,6 +172,10 @@ class OPDConfig:
         options = {**(teacher if isinstance(teacher, Mapping) else {}), **self.teacher_options}
         options.pop("spec", None)
         specs.check_teacher_options(spec, options)
+        if self.teacher_temperature != 1.0 and specs.parse("teacher", spec).scheme in (
+                "vllm", "vllm-engine"):
+            raise ConfigError("teacher_temperature applies to hf: teachers (tiny, smollm2, "
+                              "hf:PATH); vLLM returns prompt logprobs at temperature 1 only")
 
     def _check_judge(self) -> None:
         from opd_gym import specs
@@ -196,4 +237,4 @@ class OPDConfig:
         return cls(**{**base.to_kwargs(), **options})
 
 
-__all__ = ["DEFAULT_TOPK", "DELIVERIES", "OPDConfig"]
+__all__ = ["DEFAULT_TOPK", "DELIVERIES", "UNCHECKED", "OPDConfig"]

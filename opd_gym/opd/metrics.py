@@ -45,6 +45,11 @@ class OPDMetrics:
     mass_sum: float = 0.0
     copied: int = 0
     hinted_tokens: int = 0
+    reconstructed: int = 0
+    unchecked: int = 0
+    control_turns: int = 0
+    control_sum: float = 0.0
+    control_n: int = 0
 
     def episode(self, records: Iterable[OPDRecord]) -> dict[str, float]:
         part = OPDMetrics()
@@ -56,6 +61,15 @@ class OPDMetrics:
 
     def _add(self, record: OPDRecord) -> None:
         self.turns += 1
+        self.reconstructed += bool(getattr(record, "reconstructed", False))
+        self.unchecked += bool(getattr(record, "ids_unchecked", False))
+        control = getattr(record, "control_teacher_logprobs", None)
+        if control is not None and record.student_logprobs is not None:
+            both = record.mask & np.isfinite(record.student_logprobs) & np.isfinite(control)
+            self.control_turns += 1
+            self.control_sum += float((control[both].astype(np.float64)
+                                       - record.student_logprobs[both]).sum())
+            self.control_n += int(both.sum())
         if record.hint:
             self.copied += record.num_copied
             self.hinted_tokens += record.num_tokens
@@ -93,6 +107,11 @@ class OPDMetrics:
             "mass_sum",
             "copied",
             "hinted_tokens",
+            "reconstructed",
+            "unchecked",
+            "control_turns",
+            "control_sum",
+            "control_n",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.unscored.update(other.unscored)
@@ -117,7 +136,12 @@ class OPDMetrics:
             "opd/kl_estimate": -self.delta_sum / self.delta_n if self.delta_n else nan,
             "opd/copied_tokens": float(self.copied),
             "opd/copy_rate": self.copied / self.hinted_tokens if self.hinted_tokens else 0.0,
+            "opd/reconstructed_rate": self.reconstructed / self.turns if self.turns else 0.0,
+            "opd/ids_unchecked": float(self.unchecked),
         }
+        if self.control_turns:
+            out["opd/control_turns"] = float(self.control_turns)
+            out["opd/control_gap"] = self.control_sum / self.control_n if self.control_n else nan
         for reason, count in sorted(self.unscored.items()):
             out[f"opd/unscored/{reason}"] = float(count)
         return out

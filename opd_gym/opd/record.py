@@ -137,6 +137,12 @@ class OPDRecord:
     teacher_tail_logprobs: np.ndarray | None = None
     student_topk_ids: np.ndarray | None = None
     teacher_candidate_logprobs: np.ndarray | None = None
+    # footing of the numbers: the temperatures the logprobs are at, and how the ids are known
+    student_temperature: float | None = None
+    teacher_temperature: float = 1.0
+    ids_unchecked: bool = False
+    reconstructed: bool = False
+    control_teacher_logprobs: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -167,6 +173,10 @@ class OPDRecord:
             self.teacher_tail_logprobs = _as_array(
                 "teacher_tail_logprobs", self.teacher_tail_logprobs, "fiu", np.float32, 1)
             expected["teacher_tail_logprobs"] = (self.teacher_tail_logprobs.shape, (t,))
+        if self.control_teacher_logprobs is not None:  # the no-hint control's teacher logprobs
+            self.control_teacher_logprobs = _as_array(
+                "control_teacher_logprobs", self.control_teacher_logprobs, "fiu", np.float32, 1)
+            expected["control_teacher_logprobs"] = (self.control_teacher_logprobs.shape, (t,))
         if self.student_topk_ids is not None:  # the student's own top-K ids [T, C]
             self.student_topk_ids = _as_array("student_topk_ids", self.student_topk_ids, "iu",
                                               np.int32, 2)
@@ -188,6 +198,11 @@ class OPDRecord:
         if self.scope not in SCOPES:
             raise ValueError(f"OPDRecord.scope must be one of {SCOPES}, got {self.scope!r}")
         self.votes = list(self.votes)
+        self.student_temperature = (None if self.student_temperature is None
+                                    else float(self.student_temperature))
+        self.teacher_temperature = float(self.teacher_temperature)
+        self.ids_unchecked = bool(self.ids_unchecked)
+        self.reconstructed = bool(self.reconstructed)
         self.timing = {str(key): float(v) for key, v in dict(self.timing).items()}
         self._check_fill_rules()
         if self.teacher_tail_logprobs is None:
@@ -321,7 +336,13 @@ class OPDRecord:
             "context": self.context,
             "skip_reason": None if self.skip_reason is None else str(self.skip_reason),
             "teacher_tail_logprobs": _floats_to_json(self.teacher_tail_logprobs),
-        } | ({} if self.student_topk_ids is None else {
+            "student_temperature": self.student_temperature,
+            "teacher_temperature": self.teacher_temperature,
+            "ids_unchecked": self.ids_unchecked,
+            "reconstructed": self.reconstructed,
+        } | ({} if self.control_teacher_logprobs is None else {
+            "control_teacher_logprobs": _floats_to_json(self.control_teacher_logprobs),
+        }) | ({} if self.student_topk_ids is None else {
             "student_topk_ids": self.student_topk_ids.tolist(),
             "teacher_candidate_logprobs": (None if self.teacher_candidate_logprobs is None else
                                            _floats_to_json(self.teacher_candidate_logprobs)),
@@ -357,6 +378,12 @@ class OPDRecord:
             skip_reason=_skip_reason(data),
             teacher_tail_logprobs=None if data.get("teacher_tail_logprobs") is None
             else _floats_from_json(data["teacher_tail_logprobs"], (t,)),
+            student_temperature=data.get("student_temperature"),
+            teacher_temperature=float(data.get("teacher_temperature", 1.0)),
+            ids_unchecked=bool(data.get("ids_unchecked", False)),
+            reconstructed=bool(data.get("reconstructed", False)),
+            control_teacher_logprobs=None if data.get("control_teacher_logprobs") is None
+            else _floats_from_json(data["control_teacher_logprobs"], (t,)),
             **_candidates_from_json(data, t),
         )
 

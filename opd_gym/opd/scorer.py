@@ -65,6 +65,9 @@ class Scorer:
         copy_guard: str = "mask",
         copy_min_words: int = 4,
         on_history_rewrite: str = "split",
+        ids_unchecked: bool = False,
+        student_temperature: float | None = None,
+        no_hint_control: float = 0.0,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigError(f"hint scope must be one of {SCOPES}, got {scope!r}")
@@ -83,6 +86,11 @@ class Scorer:
             raise ConfigError(f"on_history_rewrite must be one of {BREAKS}, "
                              f"got {on_history_rewrite!r}")
         self.on_history_rewrite = on_history_rewrite
+        self.ids_unchecked = bool(ids_unchecked)
+        self.student_temperature = student_temperature
+        self.teacher_temperature = float(getattr(teacher, "temperature", 1.0))
+        self.no_hint_control = float(no_hint_control)
+        self._control_seen = 0  # hinted turns seen, for the control's even sampling
         self.copy_guard = copy_guard
         self.copy_min_words = copy_min_words
         self.teacher = teacher
@@ -137,7 +145,15 @@ class Scorer:
             retokenized=judged.retokenized,
             timing={"judge_s": judged.judge_seconds},
             scope=self.scope,
+            **self._footing(judged),
         )
+
+    def _footing(self, judged: Judged) -> dict[str, Any]:
+        """How a record's numbers stand: temperatures, unchecked ids, reconstructed prompt."""
+        return {"student_temperature": self.student_temperature,
+                "teacher_temperature": self.teacher_temperature,
+                "ids_unchecked": self.ids_unchecked,
+                "reconstructed": judged.sample.prompt_ids is None and not judged.retokenized}
 
     @staticmethod
     def _student_logprobs(judged: Judged) -> Any:
@@ -166,6 +182,8 @@ class Scorer:
         exact = sample.prompt_ids is not None
         note = "turn, from the student's prompt ids" if exact else \
             "turn, from the rendered messages (no prompt ids)"
+        if exact and hint is not None and self.placement == "task_message":
+            return self._task_message_request(judged, hint)
         try:
             ids, span = build_teacher_ids(
                 self.teacher.tokenizer, sample.context, sample.tools, hint, judged.student_ids,
@@ -183,6 +201,29 @@ class Scorer:
             note = f"turn, from the rendered messages plus the hint ({exc})"
         candidates = self._candidates(judged)
         return ScoreRequest(ids, [span], None if candidates is None else [candidates]), note
+
+    def _task_message_request(self, judged: Judged, hint: dict[str, str]
+                              ) -> tuple[ScoreRequest, str]:
+        """The hint inside the task message: exact when the template renders the student's
+        prompt ids from its messages (then only the hint differs); otherwise refused."""
+        from opd_gym.models.tokenizer import render_ids
+
+        sample = judged.sample
+        tok = self.teacher.tokenizer
+        rendered = render_ids(tok, sample.context, sample.tools or None,
+                              add_generation_prompt=True)
+        if rendered != [int(i) for i in sample.prompt_ids]:
+            at = next((i for i, (a, b) in enumerate(zip(rendered, sample.prompt_ids,
+                                                        strict=False)) if a != b),
+                      min(len(rendered), len(sample.prompt_ids)))
+            raise ValueError("hint_placement='task_message' rewrites the task message, and the "
+                             "chat template does not reproduce the student's prompt ids (they "
+                             f"differ at position {at}); use hint_placement='before_turn'")
+        ids, span = build_teacher_ids(tok, sample.context, sample.tools, hint,
+                                      judged.student_ids, placement="task_message")
+        candidates = self._candidates(judged)
+        return (ScoreRequest(ids, [span], None if candidates is None else [candidates]),
+                "turn, the student's prompt (template-checked) with the hint in the task message")
 
     def _candidates(self, judged: Judged) -> np.ndarray | None:
         """The student's own top-K ids for the teacher to score, when the policy gave them for
@@ -219,16 +260,44 @@ class Scorer:
                 records[i] = self._unscored(judged[i], f"teacher input: {exc}",
                                             SkipReason.TEACHER_INPUT)
         order = list(requests)
+        controls = [i for i in order if self._take_control(judged[i])]
+        control_requests = []
+        for i in list(controls):
+            try:
+                control_requests.append(self._control_request(judged[i]))
+            except Exception:  # the control is best effort: the scored turn stands
+                controls.remove(i)
         started = time.perf_counter()
         try:
-            results = self.teacher.score([requests[i][0] for i in order], self.topk)
+            results = self.teacher.score(
+                [requests[i][0] for i in order] + control_requests, self.topk)
         except Exception as exc:
             self._fail(judged, order, records, exc)
             return
         spent = (time.perf_counter() - started) / max(len(order), 1)
-        for i, spans in zip(order, results, strict=True):
+        control_of = dict(zip(controls, results[len(order):], strict=True))
+        for i, spans in zip(order, results, strict=False):
             hints = [judged[i].verdict.hint] if judged[i].verdict.hint else []
             records[i] = self._record(judged[i], spans[0], spent, requests[i][1], hints)
+            if i in control_of:
+                lp = np.asarray(control_of[i][0].token_logprobs, np.float32)
+                records[i].control_teacher_logprobs = np.where(records[i].mask, lp,
+                                                               np.float32(np.nan))
+
+    def _take_control(self, judged: Judged) -> bool:
+        """Every 1/share-th hinted turn (evenly, deterministic) gets the no-hint control."""
+        if self.no_hint_control <= 0 or not judged.verdict.hint:
+            return False
+        n = self._control_seen
+        self._control_seen += 1
+        return int((n + 1) * self.no_hint_control) > int(n * self.no_hint_control)
+
+    def _control_request(self, judged: Judged) -> ScoreRequest:
+        """The turn's teacher input with an empty hint: the student's context, nothing added."""
+        sample = judged.sample
+        ids, span = build_teacher_ids(self.teacher.tokenizer, sample.context, sample.tools,
+                                      None, judged.student_ids, context_ids=sample.prompt_ids)
+        return ScoreRequest(ids, [span], None)
 
     def _score_episode(self, judged, todo, records) -> None:
         turns = [
@@ -304,6 +373,7 @@ class Scorer:
                               or len(topk) != len(judged.student_ids) or not topk
                               else np.asarray(topk, np.int64)),
             teacher_candidate_logprobs=candidate,
+            **self._footing(judged),
         )
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym.errors import ConfigError
-from opd_gym.opd.config import DELIVERIES, OPDConfig  # noqa: F401  (DELIVERIES: old path)
+from opd_gym.opd.config import DELIVERIES, UNCHECKED, OPDConfig  # noqa: F401  (DELIVERIES)
 from opd_gym.opd.metrics import OPDMetrics
 from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.scorer import Judged, Scorer
@@ -90,6 +90,31 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._background: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._episode: list[OPDRecord] = []
+        self._student_known = config.student_tokenizer is not None
+        self._student_tok: Any = None  # the checked student tokenizer, for info["student_prompt"]
+        self._student_temperature = config.student_temperature
+        if self.enabled:  # a bad path or a dead server: one line now, not a traceback later
+            from opd_gym import specs
+
+            specs.validate("teacher", config.teacher)
+            specs.validate("judge", config.judge)
+
+    def bind_student(self, tokenizer: Any, temperature: float | None = None) -> None:
+        """Tell the wrapper the agent's tokenizer and the temperature of its logprobs: the
+        tokenizer is checked against the teacher's now (ConfigError; skipped only for
+        student_tokenizer='unchecked') and used when the config left it unset."""
+        if not self.enabled:
+            return
+        if temperature is not None and self.config.student_temperature is None:
+            self._student_temperature = float(temperature)
+            if self._scorer is not None:
+                self._scorer.student_temperature = self._student_temperature
+        if tokenizer is None or self.config.student_tokenizer == UNCHECKED:
+            return
+        self._check_tokenizer(self.scorer.teacher, tokenizer, self.config.teacher)
+        if self.config.student_tokenizer is None:
+            self._student_known = True
+            self._student_tok = tokenizer
 
     # -- lazy construction (the teacher may be a model: build it on first use) ---------------
     @property
@@ -98,12 +123,26 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             from opd_gym import specs
 
             cfg = self.config
-            teacher = specs.make_teacher(cfg.teacher, **cfg.teacher_options)
+            options = dict(cfg.teacher_options)
+            if cfg.teacher_temperature != 1.0 and not hasattr(cfg.teacher, "score"):
+                options["temperature"] = cfg.teacher_temperature
+            try:
+                teacher = specs.make_teacher(cfg.teacher, **options)
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, ConfigError):
+                    raise
+                raise ConfigError(f"the teacher {cfg.teacher!r} cannot be loaded: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
             if teacher is not cfg.teacher:
                 self._owned.append(teacher)
             try:
-                if cfg.student_tokenizer is not None:
-                    self._check_tokenizer(teacher, cfg.student_tokenizer)
+                if cfg.teacher_temperature != getattr(teacher, "temperature", 1.0):
+                    raise ConfigError(f"teacher_temperature={cfg.teacher_temperature} but the "
+                                      "teacher object scores at temperature "
+                                      f"{getattr(teacher, 'temperature', 1.0)}")
+                if cfg.student_tokenizer not in (None, UNCHECKED):
+                    self._student_tok = specs.tokenizer(cfg.student_tokenizer)
+                    self._check_tokenizer(teacher, self._student_tok, cfg.teacher)
                 judge = specs.make_judge(cfg.judge, **cfg.judge_defaults)
             except BaseException:
                 self._close_owned()
@@ -121,6 +160,9 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 copy_guard=cfg.copy_guard,
                 copy_min_words=cfg.copy_min_words,
                 on_history_rewrite=cfg.on_history_rewrite,
+                ids_unchecked=cfg.student_tokenizer == UNCHECKED,
+                student_temperature=self._student_temperature,
+                no_hint_control=cfg.no_hint_control,
             )
         return self._scorer
 
@@ -132,18 +174,34 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 close()
 
     @staticmethod
-    def _check_tokenizer(teacher: Any, student: Any) -> None:
-        from opd_gym.opd.chat import check_same_tokenizer
-        from opd_gym.specs import tokenizer
+    def _check_tokenizer(teacher: Any, student: Any, teacher_spec: Any) -> None:
+        from opd_gym.specs import check_tokenizers
 
-        check_same_tokenizer(teacher.tokenizer, tokenizer(student))
+        name = teacher_spec if isinstance(teacher_spec, str) else getattr(teacher, "name", "")
+        check_tokenizers(student, teacher.tokenizer, teacher_name=str(name or ""))
 
     # -- gym API ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if self.enabled:
             self._wait_pending()  # records of an abandoned episode are dropped, not mixed in
             self._episode = []
-        return self.env.reset(seed=seed, options=options)
+            _ = self.scorer  # teacher loaded, tokenizers checked: before the episode starts
+        obs, info = self.env.reset(seed=seed, options=options)
+        if self.enabled:
+            self._offer_prompt(info)
+        return obs, info
+
+    def _offer_prompt(self, info: dict[str, Any]) -> None:
+        """`info["student_prompt"]`: the student's next prompt as ids (and text) under its
+        checked tokenizer, rendered the way the teacher's context is; agents that prompt with
+        these ids get exact teacher contexts."""
+        tok = self._student_tok
+        if tok is None or "messages" not in info:
+            return
+        from opd_gym.models.tokenizer import prompt_ids
+
+        ids = prompt_ids(tok, info["messages"], info.get("tools"))
+        info["student_prompt"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=False)}
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -152,6 +210,12 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         done = terminated or truncated
         scorer = self.scorer
         sample = self._sample_turn(info)
+        if sample.token_ids is not None and not self._student_known:
+            raise ConfigError(
+                "the agent passed token ids but the student's tokenizer is unknown, so they "
+                "cannot be checked against the teacher's: pass student_tokenizer= (the "
+                "policy's: 'tiny', 'smollm2', 'hf:PATH' or a tokenizer object), or "
+                "student_tokenizer='unchecked' (every record then says ids_unchecked)")
         if self.delivery == "per_step" and not self.async_scoring:
             record = scorer.score([scorer.judge_one(sample)])[0]
             self._episode.append(record)
@@ -167,6 +231,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if done:
             info["opd_metrics"] = self.metrics.episode(self._episode)
             self._episode = []
+        else:
+            self._offer_prompt(info)
         return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -241,3 +307,17 @@ def _done_future(value: Any) -> Future:
     future: Future = Future()
     future.set_result(value)
     return future
+
+
+def bind_agent(env: gym.Env, agent: Any) -> None:
+    """Give the OPD wrapper in `env`'s stack the agent's tokenizer and sampling temperature
+    (when the agent has them and the config left them unset): the rollout job and the Ray
+    workers call this before the first episode, so a teacher with another tokenizer is
+    refused there."""
+    layer: Any = env
+    while layer is not None:
+        if isinstance(layer, OPDWrapper):
+            layer.bind_student(getattr(agent, "tokenizer", None),
+                               getattr(agent, "logprob_temperature", None))
+            return
+        layer = getattr(layer, "env", None)

@@ -2,8 +2,13 @@
 
 `RunDirectory` is the one owner of `trajectories.jsonl` (append one row per finished episode
 with a single `O_APPEND` write and fsync; read rows back; resume = the episode ids already
-done) and of `summary.json` (written atomically). Rollout, the Ray driver, exports, the viewer
-and the replay policy all go through it.
+played), of `summary.json` and of `config.json` (both written atomically). Rollout, the Ray
+driver, exports, the viewer and the replay policy all go through it.
+
+One row per episode id: a resumed run first rewrites the file atomically without the rows it
+will play again (unfinished, interrupted, infra errors), so the replayed row takes their
+place; `episodes()` also keeps only the last row of an id, for files written otherwise.
+Everything is written as strict JSON (see `opd_gym.runs.schema`).
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
-from opd_gym.runs.schema import EpisodeRow
+from opd_gym.runs.schema import EpisodeRow, dumps
 
 TRAJECTORIES = "trajectories.jsonl"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+CONFIG = "config.json"
 
 
 def read_trajectories(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -52,6 +58,10 @@ class RunDirectory:
     @property
     def report_path(self) -> Path:
         return self.root / REPORT
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG
 
     def exists(self) -> bool:
         """Whether a trajectories file is there."""
@@ -108,11 +118,28 @@ class RunDirectory:
                     raise DatasetError(f"{self.trajectories}, line {number}: {exc}") from exc
                 on_problem(number, str(exc))
 
+    def episodes(self, *, on_problem: Callable[[int, str], None] | None = None
+                 ) -> list[EpisodeRow]:
+        """One row per episode id (the last one written; rows without an id all), in the order
+        their ids first appear: what summaries and reports count."""
+        by_id: dict[int, EpisodeRow] = {}
+        out: list[EpisodeRow | int] = []
+        for row in self.rows(on_problem=on_problem):
+            if row.episode is None:
+                out.append(row)
+                continue
+            if row.episode not in by_id:
+                out.append(row.episode)
+            by_id[row.episode] = row
+        return [by_id[item] if isinstance(item, int) else item for item in out]
+
     def done(self) -> set[int]:
-        """Episode ids already written completely (what a resumed run skips)."""
+        """Episode ids already played (finished, not interrupted, no infra error): what a
+        resumed run skips; every other id is played (again)."""
         if not self.exists():
             return set()
-        return {row.episode for row in self.rows() if row.finished and row.episode is not None}
+        return {row.episode for row in self.episodes()
+                if row.played and row.episode is not None}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -125,7 +152,43 @@ class RunDirectory:
             )
         self.root.mkdir(parents=True, exist_ok=True)
         self.heal()
+        if resume:
+            self.compact()
         return self.done()
+
+    def compact(self) -> int:
+        """Rewrite the file atomically with one row per episode id, dropping the rows a resumed
+        run plays again (not played: unfinished, interrupted, infra error); rows without an id
+        and unreadable lines are kept. Returns how many rows were dropped."""
+        if not self.has_rows():
+            return 0
+        done = self.done()
+        last: dict[int, int] = {}
+        lines = self.trajectories.read_bytes().splitlines(keepends=True)
+        parsed: list[tuple[bytes, int | None]] = []
+        for index, line in enumerate(lines):
+            episode = None
+            try:
+                data = json.loads(line)
+                ep = data.get("episode") if isinstance(data, dict) else None
+                if isinstance(ep, int) and not isinstance(ep, bool):
+                    episode = ep
+                    last[ep] = index
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                pass
+            parsed.append((line, episode))
+        kept = [line for index, (line, episode) in enumerate(parsed)
+                if line.strip() and (episode is None or (episode in done
+                                                         and last[episode] == index))]
+        dropped = sum(1 for line, _ in parsed if line.strip()) - len(kept)
+        if dropped:
+            tmp = self.trajectories.with_suffix(".jsonl.tmp")
+            with open(tmp, "wb") as fh:
+                fh.writelines(kept)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.trajectories)
+        return dropped
 
     def heal(self) -> None:
         """End the file with a newline so a torn last line cannot swallow the next row."""
@@ -138,7 +201,7 @@ class RunDirectory:
     def append(self, row: EpisodeRow | Mapping[str, Any], *, fsync: bool = True) -> None:
         """Append one row with a single O_APPEND write (then fsync): never a partial mixed line."""
         data = row.to_dict() if isinstance(row, EpisodeRow) else dict(row)
-        line = (json.dumps(data, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        line = (dumps(data, ensure_ascii=False) + "\n").encode("utf-8")
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.trajectories, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
@@ -162,22 +225,38 @@ class RunDirectory:
     def write_summary(self, data: Mapping[str, Any]) -> Path:
         """Write `summary.json` atomically (a temp file renamed over it)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.summary_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(dict(data), indent=2, default=str), encoding="utf-8")
-        os.replace(tmp, self.summary_path)
-        return self.summary_path
+        return self._write_json(self.summary_path, data)
+
+    def write_config(self, data: Mapping[str, Any]) -> Path:
+        """Write `config.json` (the settings that produced the run) atomically."""
+        return self._write_json(self.config_path, data)
+
+    def read_config(self) -> dict[str, Any] | None:
+        """`config.json` as a dict, None when absent; DatasetError when unreadable."""
+        return self._read_json(self.config_path)
+
+    def _write_json(self, path: Path, data: Mapping[str, Any]) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(dumps(dict(data), indent=2), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
 
     def read_summary(self) -> dict[str, Any] | None:
         """`summary.json` as a dict, None when absent; DatasetError when it is not a JSON object."""
-        if not self.summary_path.is_file():
+        return self._read_json(self.summary_path)
+
+    @staticmethod
+    def _read_json(path: Path) -> dict[str, Any] | None:
+        if not path.is_file():
             return None
         try:
-            loaded = json.loads(self.summary_path.read_text(encoding="utf-8", errors="replace"))
+            loaded = json.loads(path.read_text(encoding="utf-8", errors="replace"))
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{self.summary_path}: not JSON ({exc.msg})") from exc
+            raise DatasetError(f"{path}: not JSON ({exc.msg})") from exc
         if not isinstance(loaded, dict):
-            raise DatasetError(f"{self.summary_path}: not a JSON object")
+            raise DatasetError(f"{path}: not a JSON object")
         return loaded
 
 
-__all__ = ["REPORT", "SUMMARY", "TRAJECTORIES", "RunDirectory", "read_trajectories"]
+__all__ = ["CONFIG", "REPORT", "SUMMARY", "TRAJECTORIES", "RunDirectory", "read_trajectories"]

@@ -5,10 +5,18 @@ the return and the scored-token count are computed here once, not re-derived per
 Version history (stored under the key `schema`):
 
 - 1: the first format (rows written before the key existed read as version 1 too).
+  Optional keys added since, read as absent from older rows: `interrupted` (true: the run was
+  interrupted while this episode played; it counts as not played) and `error` (why an
+  unfinished row ended).
+
+Files are strict JSON: a non-finite float (NaN, Infinity) is written as null (OPD record
+arrays spell theirs as the strings "NaN"/"Infinity"/"-Infinity"); readers still accept the
+bare NaN of older files.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +60,24 @@ def as_float(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
+
+
+def strict(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None (JSON has no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    if hasattr(value, "item") and hasattr(value, "dtype"):  # a numpy scalar
+        return strict(value.item())
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """Strict JSON text of `value` (non-finite floats as null; never a bare NaN)."""
+    return json.dumps(strict(value), allow_nan=False, default=str, **kwargs)
 
 
 def as_list(value: Any) -> list[Any]:
@@ -180,6 +206,21 @@ class EpisodeRow:
         return out
 
     @property
+    def interrupted(self) -> bool:
+        """Whether the run was interrupted while this episode played (it counts as unplayed)."""
+        return bool(self.extra.get("interrupted"))
+
+    @property
+    def infra_error(self) -> bool:
+        """Whether grading failed for a reason of ours (no sandbox, a crash), not the code's."""
+        return bool(as_dict(self.grade).get("infra_error"))
+
+    @property
+    def played(self) -> bool:
+        """A finished, uninterrupted episode graded without an infra error (what counts)."""
+        return self.finished and not self.interrupted and not self.infra_error
+
+    @property
     def reward(self) -> float:
         """The episode return: `return` if recorded, else the sum of the finite `rewards`."""
         if self.episode_return is not None:
@@ -238,8 +279,10 @@ __all__ = [
     "as_dict",
     "as_float",
     "as_list",
+    "dumps",
     "grade_passed",
     "hint_rate",
     "record_scored",
     "schema_version",
+    "strict",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
@@ -9,6 +10,20 @@ from opd_gym.errors import OPDGymError
 
 DEFAULT_OUTPUT_CAP = 16384
 DEFAULT_FILE_CAP = 10 << 20
+# What a snapshot carries by default: as many bytes as a sandbox workspace holds (the tmpfs
+# size of the Docker and bubblewrap backends), so whatever fits in the agent's workspace
+# also fits in the grading sandbox's, and up to this many files.
+DEFAULT_WORKSPACE_BYTES = 256 << 20
+DEFAULT_SNAPSHOT_FILES = 100_000
+
+
+def size_bytes(size: str | int) -> int:
+    """Bytes in a Docker/tmpfs size such as "256m", "1g", "4096k" or a plain number."""
+    if isinstance(size, int):
+        return size
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = size.strip().lower().removesuffix("b")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
 class SandboxError(OPDGymError, RuntimeError):
@@ -79,8 +94,9 @@ class DirEntry:
 class Snapshot(dict[str, bytes]):
     """A workspace snapshot (path -> bytes) that also says what it left out and why.
 
-    `skipped` holds up to 100 notes "path: reason" (over the per-file limit, symlink, not a
-    regular file, unreadable, too deep...); `skipped_count` is the exact number left out.
+    `skipped` holds up to 100 notes "path: reason" (over the total or per-file limit,
+    symlink, not a regular file, unreadable, too deep...); `skipped_count` is the exact
+    number left out. Whatever is left out is named here: a snapshot never drops silently.
     """
 
     def __init__(self, files: dict[str, bytes] | None = None, skipped: list[str] | None = None,
@@ -114,7 +130,10 @@ class Sandbox(Protocol):
 
     def list_dir(self, path: str = ".") -> list[DirEntry]: ...
 
-    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000) -> Snapshot: ...
+    def write_files(self, files: Mapping[str, str | bytes]) -> None: ...
+
+    def snapshot(self, max_bytes: int | None = None,
+                 max_files: int = DEFAULT_SNAPSHOT_FILES) -> Snapshot: ...
 
     @property
     def alive(self) -> bool: ...

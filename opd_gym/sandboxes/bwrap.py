@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from opd_gym.sandboxes.base import SandboxUnavailable
+from opd_gym.sandboxes.base import SandboxUnavailable, size_bytes
 from opd_gym.sandboxes.helper import HelperSandbox, PipeTransport, Transport, helper_source
 from opd_gym.sandboxes.image import rootfs_dir
 
@@ -30,9 +30,7 @@ HIDDEN_HOST_DIRS = ("/root", "/home", "/run", "/var/run", "/work")
 
 
 def _size_bytes(size: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    size = size.strip().lower()
-    return int(float(size[:-1]) * units[size[-1]]) if size[-1] in units else int(size)
+    return size_bytes(size)
 
 
 class BwrapSandbox(HelperSandbox):
@@ -62,6 +60,11 @@ class BwrapSandbox(HelperSandbox):
         self.tmp_size = _size_bytes(tmp_size)
         self.memory_bytes = memory_bytes
         self.max_processes = max_processes
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The workspace's tmpfs size (/tmp's when the workspace lives in /tmp)."""
+        return self.workspace_size if self.rootfs is not None else self.tmp_size
 
     def argv(self) -> list[str]:
         """The bwrap command line (without the helper command)."""

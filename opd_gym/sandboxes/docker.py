@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import io
 import socket
+import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_gym.sandboxes.base import SandboxError, SandboxUnavailable
-from opd_gym.sandboxes.helper import DockerExecTransport, HelperSandbox, Transport, helper_source
+from opd_gym.sandboxes.base import (
+    SandboxDied,
+    SandboxError,
+    SandboxTimeout,
+    SandboxUnavailable,
+    size_bytes,
+)
+from opd_gym.sandboxes.helper import (
+    DockerExecTransport,
+    HelperSandbox,
+    Transport,
+    _plain_files,
+    helper_source,
+)
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.sandboxes.reaper import LABEL, owner_labels
 
@@ -207,3 +221,86 @@ class DockerSandbox(HelperSandbox):
                 return
             except DockerException:
                 time.sleep(0.2 * (attempt + 1))
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The size of the workspace tmpfs (`DockerConfig.workspace_size`)."""
+        return size_bytes(self.config.workspace_size)
+
+    def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Create or replace many workspace files in one archive (parents are created).
+
+        The archive streams into `tar -x` run in the container as the agent's uid (no
+        capabilities, so it can write only where the agent could, and the files belong to
+        the agent); the container's root filesystem is read-only, which rules out Docker's
+        own archive upload. Paths are checked first (PathRefused, nothing written); a
+        failed extraction (e.g. the workspace is full) raises SandboxError with tar's words.
+        """
+        plain = _plain_files(files)
+        if not plain:
+            return
+        if self.container is None:
+            self.start()
+        archive = _tar_archive(plain, self.config.user)
+        self._extract(archive, timeout=60.0 + len(archive) / (16 << 20))
+
+    def _extract(self, archive: bytes, timeout: float) -> None:
+        from docker.errors import DockerException
+
+        cfg = self.config
+        argv = ["tar", "-x", "-f", "-", "-C", cfg.workspace, "--no-same-owner"]
+        try:
+            with self.engine.call() as client:
+                exec_id = client.api.exec_create(self.container.id, argv, stdin=True,
+                                                 stdout=True, stderr=True, user=cfg.user,
+                                                 workdir=cfg.workspace)["Id"]
+                raw = client.api.exec_start(exec_id, socket=True)
+        except DockerException as exc:
+            raise SandboxDied(f"could not start writing files into the sandbox: {exc}") from None
+        sock: socket.socket = getattr(raw, "_sock", raw)
+        transport = DockerExecTransport(sock)
+        out = bytearray()
+        try:
+            view = memoryview(archive)
+            for start in range(0, len(view), 1 << 20):
+                transport.send(bytes(view[start:start + (1 << 20)]))
+            sock.shutdown(socket.SHUT_WR)  # EOF on tar's stdin
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxTimeout(f"writing files did not finish within {timeout:.0f} s")
+                chunk = transport._read_some(min(left, 5.0))
+                if chunk == b"":
+                    break
+                if chunk and len(out) < 1 << 16:
+                    out += chunk
+            out += transport.diagnostics().encode()  # tar's stderr
+        except OSError as exc:
+            raise SandboxDied(f"the sandbox stopped while files were written: {exc}") from None
+        finally:
+            transport.close()
+        try:
+            with self.engine.call() as client:
+                code = client.api.exec_inspect(exec_id).get("ExitCode")
+        except DockerException as exc:
+            raise SandboxDied(f"could not check the file writing: {exc}") from None
+        if code != 0:
+            words = out.decode("utf-8", "replace").strip()[-1500:]
+            raise SandboxError(f"writing files into the sandbox failed (tar exit {code}): "
+                               f"{words or 'no message'}")
+
+
+def _tar_archive(files: Mapping[str, bytes], user: str) -> bytes:
+    """An uncompressed tar of `files` (regular files, mode 0644, owned by `user`'s uid)."""
+    uid_text, _, gid_text = user.partition(":")
+    uid = int(uid_text) if uid_text.isdigit() else 0
+    gid = int(gid_text) if gid_text.isdigit() else uid
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o644, uid, gid
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()

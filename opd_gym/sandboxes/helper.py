@@ -33,6 +33,7 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
@@ -40,6 +41,8 @@ from opd_gym.resources import data_path
 from opd_gym.sandboxes.base import (
     DEFAULT_FILE_CAP,
     DEFAULT_OUTPUT_CAP,
+    DEFAULT_SNAPSHOT_FILES,
+    DEFAULT_WORKSPACE_BYTES,
     DirEntry,
     FileTooLarge,
     NotARegularFile,
@@ -100,10 +103,13 @@ def data_reply_limit(max_bytes: int) -> int:
     return 4 * max_bytes // 3 + SMALL_REPLY
 
 
-def snapshot_reply_limit(max_bytes: int, max_files: int) -> int:
-    """Longest valid `snapshot` reply: base64 data and JSON paths share one byte budget."""
+SNAPSHOT_PAGE_BYTES = 8 << 20  # data and path text of one snapshot reply
+
+
+def snapshot_reply_limit(page_bytes: int) -> int:
+    """Longest valid `snapshot` page: base64 data and JSON paths share one byte budget."""
     # each note character is at worst a 12-char escaped surrogate pair
-    return 4 * max_bytes // 3 + 8 * max_files + MAX_SKIPPED * 12 * MAX_NOTE_CHARS + SMALL_REPLY
+    return 2 * page_bytes + MAX_SKIPPED * 12 * MAX_NOTE_CHARS + SMALL_REPLY
 
 
 LS_REPLY_LIMIT = MAX_LS_ENTRIES * (6 * 255 + 64) + SMALL_REPLY
@@ -354,26 +360,105 @@ def check_entries(reply: dict[str, Any]) -> list[DirEntry]:
     return out
 
 
-def check_snapshot(reply: dict[str, Any], max_bytes: int, max_files: int,
-                   max_file_bytes: int) -> Snapshot:
-    """A Snapshot from a `snapshot` reply, or BadReply."""
-    files = _field(reply, "files", dict)
-    _need(len(files) <= max_files, "more files than the snapshot limit")
-    out: dict[str, bytes] = {}
-    used = 0
-    for path, text in files.items():
-        _need(_relative_path(path), "a snapshot path is not a plain relative path")
-        data = _b64(text, max_file_bytes, "a snapshot file")
-        used += len(data)
-        _need(used <= max_bytes, "more bytes than the snapshot limit")
-        out[path] = data
-    skipped = _field(reply, "skipped", list)
-    _need(len(skipped) <= MAX_SKIPPED, "too many skipped notes")
-    _need(all(isinstance(n, str) and len(n) <= MAX_NOTE_CHARS for n in skipped),
-          "bad skipped note")
-    count = _count(reply, "skipped_count")
-    _need(count >= len(skipped), "skipped count below the notes given")
-    return Snapshot(out, skipped, count)
+class SnapshotAssembly:
+    """Checks snapshot pages one by one and joins their chunks into a Snapshot.
+
+    A page's chunks must continue exactly where the last page stopped, name plain relative
+    paths in increasing order, and stay within the count, byte, per-file and page limits; a
+    file sent short (unreadable or changed when its turn came) is dropped with a note.
+    """
+
+    def __init__(self, max_bytes: int, max_files: int, max_file_bytes: int,
+                 page_bytes: int) -> None:
+        self.limits = (max_bytes, max_files, max_file_bytes, page_bytes)
+        self.files: dict[str, bytes] = {}
+        self.used = 0
+        self.cursor: tuple[int, str, int] = (0, "", 0)
+        self.pending: tuple[str, int, bytearray] | None = None
+        self.last_path = ""
+        self.skipped: list[str] = []
+        self.skipped_count = 0
+        self.pages = 0
+
+    def _note(self, note: str) -> None:
+        self.skipped_count += 1
+        if len(self.skipped) < MAX_SKIPPED:
+            self.skipped.append(note[:MAX_NOTE_CHARS])
+
+    def _settle(self) -> None:
+        if self.pending is None:
+            return
+        path, size, data = self.pending
+        self.pending = None
+        if len(data) == size:
+            self.files[path] = bytes(data)
+        else:
+            self._note(f"{path}: not readable or changed while the snapshot was taken")
+
+    def add(self, reply: dict[str, Any]) -> tuple[int, str, int] | None:
+        """Take one page (BadReply if it lies); the cursor of the next page, or None."""
+        max_bytes, max_files, max_file_bytes, page_bytes = self.limits
+        self.pages += 1
+        _need(self.pages <= max_files + max_bytes // (page_bytes // 2) + 2, "too many pages")
+        if self.pages == 1:
+            notes = _field(reply, "skipped", list)
+            _need(len(notes) <= MAX_SKIPPED, "too many skipped notes")
+            _need(all(isinstance(n, str) and len(n) <= MAX_NOTE_CHARS for n in notes),
+                  "bad skipped note")
+            count = _count(reply, "skipped_count")
+            _need(count >= len(notes), "skipped count below the notes given")
+            self.skipped, self.skipped_count = list(notes), count
+        chunks = _field(reply, "chunks", list)
+        page = 0
+        for chunk in chunks:
+            _need(isinstance(chunk, list) and len(chunk) == 4, "a chunk is not [path, offset, "
+                  "size, data]")
+            path, offset, size, text = chunk
+            _need(_relative_path(path), "a snapshot path is not a plain relative path")
+            _need(_is_int(offset) and _is_int(size) and 0 <= offset <= size <= max_file_bytes,
+                  "a chunk's offset or size is out of range")
+            data = _b64(text, page_bytes, "a snapshot chunk")
+            page += len(data) + len(path)
+            _need(page <= page_bytes, "more data than the page limit")
+            if self.pending is not None and self.pending[0] == path:
+                _need(offset == len(self.pending[2]), "a chunk does not continue its file")
+            else:
+                self._settle()
+                _need(offset == 0 and path > self.last_path, "a file starts out of order")
+                _need(len(self.files) < max_files, "more files than the snapshot limit")
+                self.pending, self.last_path = (path, size, bytearray()), path
+            pending = self.pending
+            assert pending is not None
+            pending[2].extend(data)
+            self.used += len(data)
+            _need(len(pending[2]) <= size, "a file is longer than its size")
+            _need(self.used <= max_bytes, "more bytes than the snapshot limit")
+            if len(pending[2]) == size:
+                self._settle()
+        following = reply.get("next")
+        if following is None:
+            self._settle()
+            return None
+        _need(isinstance(following, list) and len(following) == 3
+              and _is_int(following[0]) and isinstance(following[1], str)
+              and _is_int(following[2]), "the next cursor is malformed")
+        cursor = (following[0], following[1], following[2])
+        _need((cursor[0], cursor[2]) > (self.cursor[0], self.cursor[2]) and cursor[2] >= 0,
+              "the next cursor does not advance")
+        self.cursor = cursor
+        return cursor
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(dict(sorted(self.files.items())), self.skipped, self.skipped_count)
+
+
+def _plain_path(path: str) -> str:
+    """`path` as a plain relative workspace path; PathRefused if it is not one."""
+    text = path
+    if not _relative_path(text):
+        raise PathRefused(f"{path[:200]!r} is outside the workspace or not a plain relative "
+                          "path (no '..', '.', empty parts or absolute paths)")
+    return text
 
 
 class HelperSandbox(ABC):
@@ -571,16 +656,19 @@ class HelperSandbox(ABC):
                 ) from None
         else:
             data = bytes(content)
-        if len(data) > self.file_cap:
-            raise FileTooLarge(f"content is {len(data)} bytes, over the {self.file_cap}-byte limit")
+        self._write(path, data, self.file_cap, mode)
+
+    def _write(self, path: str, data: bytes, cap: int, mode: int | None = None) -> None:
+        if len(data) > cap:
+            raise FileTooLarge(f"content is {len(data)} bytes, over the {cap}-byte limit")
         request = {
             "op": "write",
             "path": path,
             "data": base64.b64encode(data).decode(),
-            "max_bytes": self.file_cap,
+            "max_bytes": cap,
             "mode": mode,
         }
-        reply = self._call(request, timeout=60.0)
+        reply = self._call(request, timeout=60.0 + len(data) / (8 << 20))
 
         def check(reply: dict[str, Any]) -> None:
             _need(_count(reply, "size") == len(data), "wrote a different size")
@@ -605,20 +693,67 @@ class HelperSandbox(ABC):
         reply = self._call({"op": "ls", "path": path}, timeout=30.0, limit=LS_REPLY_LIMIT)
         return self._checked("ls", reply, check_entries)
 
-    def snapshot(self, max_bytes: int = 32 << 20, max_files: int = 2000,
-                 max_file_bytes: int | None = None, stop_processes: bool = True) -> Snapshot:
+    @property
+    def workspace_bytes(self) -> int:
+        """How many bytes this sandbox's workspace holds (its tmpfs size where it has one)."""
+        return DEFAULT_WORKSPACE_BYTES
+
+    def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Create or replace many workspace files at once (parents are created).
+
+        Every path is checked first (PathRefused names the first bad one and nothing is
+        written); a file may be as large as the workspace holds (`workspace_bytes`), unlike
+        `write_file`'s per-call cap. This backend writes them one request each; Docker
+        overrides it with one archive.
+        """
+        plain = _plain_files(files)
+        cap = max(self.file_cap, self.workspace_bytes)
+        for path, data in plain.items():
+            self._write(path, data, cap)
+
+    def snapshot(self, max_bytes: int | None = None,
+                 max_files: int = DEFAULT_SNAPSHOT_FILES,
+                 max_file_bytes: int | None = None, stop_processes: bool = True,
+                 page_bytes: int = SNAPSHOT_PAGE_BYTES) -> Snapshot:
         """Every regular file of the workspace (path -> bytes), e.g. to grade elsewhere.
 
         Every process of the agent is killed first (`stop_processes`), so nothing changes the
-        workspace during or after the snapshot. A file over `max_file_bytes` (default: this
-        sandbox's `file_cap`, the largest file `write_file` accepts, so every file returned
-        can be written into another sandbox) is left out with a note in `Snapshot.skipped`;
-        so are symlinks, non-regular or unreadable files, directories deeper than 64 levels,
-        and files beyond the count/byte budget (the smallest files are kept first).
+        workspace during or after the snapshot. By default it carries as much as a workspace
+        holds (`workspace_bytes`, so whatever the agent could store fits in a grading
+        sandbox like this one) and up to 100,000 files, in pages of `page_bytes`, a large
+        file in pieces. What it leaves out is named in `Snapshot.skipped`: files over
+        `max_file_bytes` (default: `max_bytes`), symlinks, non-regular or unreadable
+        files, directories deeper than 256 levels, and files beyond the count/byte budget
+        (the smallest files are kept first).
         """
-        per_file = min(max_file_bytes or self.file_cap, self.file_cap)
-        request = {"op": "snapshot", "max_bytes": max_bytes, "max_files": max_files,
-                   "max_file_bytes": per_file, "stop": stop_processes}
-        reply = self._call(request, timeout=120.0,
-                           limit=snapshot_reply_limit(max_bytes, max_files))
-        return self._checked("snapshot", reply, check_snapshot, max_bytes, max_files, per_file)
+        total = self.workspace_bytes if max_bytes is None else max_bytes
+        per_file = total if max_file_bytes is None else min(max_file_bytes, total)
+        assembly = SnapshotAssembly(total, max_files, per_file, page_bytes)
+        cursor: tuple[int, str, int] | None = (0, "", 0)
+        first = True
+        while cursor is not None:
+            request = {"op": "snapshot", "max_bytes": total, "max_files": max_files,
+                       "max_file_bytes": per_file, "stop": stop_processes and first,
+                       "page_bytes": page_bytes, "cursor": list(cursor)}
+            reply = self._call(request, timeout=120.0, limit=snapshot_reply_limit(page_bytes))
+            cursor = self._checked("snapshot", reply, assembly.add)
+            first = False
+        return assembly.snapshot()
+
+
+def _plain_files(files: Mapping[str, str | bytes]) -> dict[str, bytes]:
+    """{plain relative path: bytes}; PathRefused or SandboxError (bad text) before any write."""
+    plain: dict[str, bytes] = {}
+    for path, content in files.items():
+        if not isinstance(path, str):
+            raise PathRefused(f"a path must be a string, got {type(path).__name__}")
+        if isinstance(content, str):
+            try:
+                data = content.encode()
+            except UnicodeEncodeError as exc:
+                raise SandboxError(f"{path}: the content is not valid Unicode text "
+                                   f"({exc.reason} at {exc.start})") from None
+        else:
+            data = bytes(content)
+        plain[_plain_path(path)] = data
+    return plain

@@ -17,9 +17,11 @@ from opd_gym.sandboxes.base import SandboxUnavailable
 if TYPE_CHECKING:
     from opd_gym.sandboxes.docker import DockerEngine
 
-DEFAULT_IMAGE = "opd-gym-sandbox:1"
+DEFAULT_IMAGE = "opd-gym-sandbox:2"
 
-RECIPE_VERSION = "1"
+# Bump both with any change to the image contents (sandbox/build_rootfs.sh,
+# sandbox/grading-requirements.txt, sandbox/Dockerfile): new tag, new cached rootfs.
+RECIPE_VERSION = "2"
 BASE_IMAGE = "python:3.12-slim"
 IMAGE_CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -7,8 +7,10 @@ raises ValueError naming the offending field; the caller adds the row index and 
 from __future__ import annotations
 
 import ast
+import io
 import json
 import sys
+import tokenize
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,86 +23,154 @@ _APPS_LEVELS = {"introductory": "easy", "interview": "medium", "competition": "h
 
 _STDIO_TEST = '''\
 {doc}
-import pytest
 from opd_grading import run
 
 TIMEOUT = {timeout!r}
-CASES = {cases}
 
 
 def _normalise(text):
     return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"case{{i}}" for i in range(len(CASES))])
-def test_case(index):
-    stdin, expected = CASES[index]
+def _output(stdin):
     proc = run(["python3", "main.py"], stdin=stdin, timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert _normalise(proc.stdout) == _normalise(expected)
+    if proc.returncode != 0:
+        raise AssertionError(f"main.py exited with {{proc.returncode}}: {{proc.stderr[-2000:]}}")
+    return proc.stdout
 '''
 
-# HumanEval and MBPP tests: the dataset's own code (check(), asserts, setup) runs in a
-# namespace of its own, so no name a dataset holds (an entry point called `solution`,
-# `check`, `pytest` or `test_check`, helpers named `test_*`, shadowed builtins) can meet a
-# name of this module, and pytest collects only the functions written here.
-_HUMANEVAL_TEST = '''\
+_STDIO_CASE = '''
+
+def test_case_{index}():
+    assert _normalise(_output({stdin})) == _normalise({expected})
+'''
+
+# HumanEval and MBPP tests: the dataset's own code (check(), asserts, setup) is written as real
+# code in the test file (so canaries can perturb its asserts), nested in the test function,
+# and re-bound to a namespace of its own before it runs: the dataset's trusted prompt or
+# setup code, builtins as they were before the solution loaded, and the solution's entry
+# points fetched by name. No name of this module meets a dataset name, and nothing the
+# solution exports (`__all__`, shadowed builtins) enters the check's namespace.
+_ISOLATION = '''\
 {doc}
-import importlib
+import builtins as _builtins
+import importlib as _importlib
+import types as _types
 
+_BUILTINS = dict(_builtins.__dict__)  # before the solution is imported
+
+
+def _namespace(name, setup, bind):
+    # pristine builtins, pytest's assert helpers, the setup code, the solution's `bind` names
+    module = _importlib.import_module("solution")
+    namespace = {{"__name__": name, "__builtins__": dict(_BUILTINS)}}
+    namespace.update((k, v) for k, v in globals().items() if k.startswith("@"))
+    exec(compile(setup, "<" + name + " setup>", "exec"), namespace)
+    for attribute in bind:
+        namespace[attribute] = getattr(module, attribute)
+    return module, namespace
+
+
+def _rebound(function, namespace):
+    return _types.FunctionType(function.__code__, namespace, function.__name__)
+'''
+
+_HUMANEVAL_TEST = _ISOLATION + '''
 ENTRY_POINT = {entry}
-CHECK_SOURCE = {check}
-_NAMESPACE = {{}}
+PROMPT = {prompt}
 
 
-def _dataset_check():
-    """The dataset's check(), defined after `from solution import *` as the dataset expects."""
-    if "check" not in _NAMESPACE:
-        importlib.import_module("solution")
-        namespace = {{"__name__": "humaneval_check"}}
-        exec(compile("from solution import *", "<humaneval prelude>", "exec"), namespace)
-        exec(compile(CHECK_SOURCE, "<humaneval test>", "exec"), namespace)
-        _NAMESPACE["check"] = namespace["check"]
-    return _NAMESPACE["check"]
-
-
-def test_entry_point_defined():
-    module = importlib.import_module("solution")
-    assert callable(getattr(module, ENTRY_POINT, None)), f"solution.py has no {{ENTRY_POINT}}()"
+def _run_check(dataset_code):
+    # the dataset's check(candidate), with the prompt's helpers, on solution.ENTRY_POINT
+    module, namespace = _namespace("humaneval_check", PROMPT, ())
+    candidate = getattr(module, ENTRY_POINT)
+    namespace[ENTRY_POINT] = candidate
+    _rebound(dataset_code, namespace)()(candidate)
 
 
 def test_check():
-    module = importlib.import_module("solution")
-    _dataset_check()(getattr(module, ENTRY_POINT))
+    def {inner}():
+{body}
+        return check
+
+    _run_check({inner})
 '''
 
-_MBPP_TEST = '''\
-{doc}
-import importlib
-
-PRELUDE = {prelude}
-ASSERTS = {asserts}
-_NAMESPACE = {{}}
+_MBPP_TEST = _ISOLATION + '''
+SETUP = {setup}
+NAMES = {names}
 
 
-def _namespace():
-    """The dataset's imports and setup code plus the solution's functions, built once."""
-    if not _NAMESPACE:
-        importlib.import_module("solution")
-        namespace = {{"__name__": "mbpp_check"}}
-        exec(compile(PRELUDE, "<mbpp setup>", "exec"), namespace)
-        _NAMESPACE.update(namespace)
-    return dict(_NAMESPACE)
+def _run_assert(assertion):
+    _rebound(assertion, _namespace("mbpp_check", SETUP, NAMES)[1])()
+'''
+
+_MBPP_CASE = '''
+
+def test_assert_{index}():
+    def {inner}():
+{body}
+
+    _run_assert({inner})
+'''
 
 
-def _run(index):
-    source = ASSERTS[index]
+def _names(source: str) -> set[str]:
+    """Every identifier a piece of code uses or defines (to pick names it cannot meet)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).partition(".")[0])
+    return found
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _indent(source: str, prefix: str) -> str:
+    """Indent code by `prefix`, leaving the inside of multi-line strings untouched."""
+    inside: set[int] = set()
     try:
-        exec(compile(source, f"<assert {{index}}>", "exec"), _namespace())
-    except AssertionError as exc:
-        detail = f" ({{exc}})" if str(exc) else ""
-        raise AssertionError(f"failed: {{source.strip()[:400]}}{{detail}}") from None
-'''
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError) as exc:
+        raise DatasetError(f"cannot tokenize the dataset code: {exc}") from exc
+    for token in tokens:
+        if token.type == tokenize.STRING and token.end[0] > token.start[0]:
+            inside.update(range(token.start[0] + 1, token.end[0] + 1))
+    lines = source.splitlines()
+    return "\n".join(
+        line if i in inside or not line.strip() else prefix + line
+        for i, line in enumerate(lines, start=1)
+    )
+
+
+def _embedded(code: str, where: str) -> str:
+    """Dataset code that can live in a nested function (no `global`, no `import *`)."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            raise DatasetError(f"field {where!r}: `global`/`nonlocal` statements are not supported")
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            raise DatasetError(f"field {where!r}: `from ... import *` is not supported")
+    return code
+
+
+def _compiles(tests: str, where: str) -> str:
+    try:
+        compile(tests, "test_solution.py", "exec")
+    except SyntaxError as exc:
+        raise DatasetError(f"field {where!r} cannot be embedded in a test: {exc.msg}") from exc
+    return tests
+
 
 _STDIO_PROMPT = (
     "{statement}\n\nWrite a Python 3 program in `main.py` that reads the input from standard "
@@ -148,10 +218,13 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
         raise DatasetError("field 'test' does not define check(candidate)")
     _parse(prompt + body, "canonical_solution")
     _parse(test, "test")
-    tests = _HUMANEVAL_TEST.format(
+    _embedded(test, "test")
+    inner = _fresh("_dataset_code", _names(test) | _names(prompt) | {entry})
+    tests = _compiles(_HUMANEVAL_TEST.format(
         doc=_doc(f"Hidden tests for {task_id}: the dataset check() against solution.{entry}."),
-        entry=repr(entry), check=repr(test),
-    )
+        entry=repr(entry), prompt=repr(prompt), inner=inner,
+        body=_indent(test.strip("\n"), " " * 8),
+    ), "test")
     text = (
         f"Complete the function `{entry}` in `solution.py`. The file already holds its signature "
         f"and docstring:\n\n```python\n{prompt.rstrip()}\n```\n\nKeep the name and signature; "
@@ -204,19 +277,25 @@ def from_mbpp(row: Mapping[str, Any]) -> Task:
         raise DatasetError("fields 'test_setup_code'/'test_imports' must be text")
     extra = [m for m in _stdlib_modules(asserts) if m not in names]
     imports += [f"import {m}" for m in extra if f"import {m}" not in imports]
-    parts = [*imports, setup.strip(), f"from solution import {', '.join(names)}"]
-    prelude = "\n".join(part for part in parts if part)
+    prelude = "\n".join(part for part in [*imports, setup.strip()] if part)
+    taken = _names(prelude) | {n for a in asserts for n in _names(a)}
+    inner = _fresh("_assertion", taken)
     tests = _MBPP_TEST.format(
         doc=_doc(f"Hidden tests for mbpp/{task_id}: one test per assert."),
-        prelude=repr(prelude + "\n"), asserts=repr([a.strip() + "\n" for a in asserts]),
-    ) + "".join(f"\n\ndef test_assert_{i}():\n    _run({i})\n" for i in range(len(asserts)))
+        setup=repr(prelude + "\n"), names=repr(tuple(names)),
+    ) + "".join(
+        _MBPP_CASE.format(index=i, inner=inner, body=_indent(_embedded(a.strip(), "test_list"),
+                                                              " " * 8))
+        for i, a in enumerate(asserts)
+    )
+    _compiles(tests, "test_list")
     wanted = " and ".join(f"`{n}`" for n in names)
     prompt = (
         f"{text.strip()}\n\nWrite `solution.py` defining {wanted}. Hidden tests import it from "
         f"`solution.py` and check asserts such as:\n\n```python\n{asserts[0].strip()}\n```"
     )
     return Task(
-        id=f"mbpp/{task_id}", prompt=prompt, tests={"test_solution.py": tests + "\n"},
+        id=f"mbpp/{task_id}", prompt=prompt, tests={"test_solution.py": tests},
         solution={"solution.py": code}, tags=("mbpp", "function"),
         metadata={"source": "mbpp", "entry_points": names},
     )
@@ -235,7 +314,10 @@ def _stdio_task(task_id: str, statement: str, cases: list[tuple[str, str]], refe
     """Build a stdin/stdout task: the agent writes `main.py`; each case is one test."""
     extra["metadata"] = {**extra.get("metadata", {}), "cases": len(cases), "case_timeout": timeout}
     doc = _doc(f"Hidden tests for {task_id}: run main.py per case, compare normalised stdout.")
-    tests = _STDIO_TEST.format(doc=doc, timeout=timeout, cases=repr(cases))
+    tests = _STDIO_TEST.format(doc=doc, timeout=timeout) + "".join(
+        _STDIO_CASE.format(index=i, stdin=repr(stdin), expected=repr(expected))
+        for i, (stdin, expected) in enumerate(cases)
+    )
     return Task(
         id=task_id, prompt=_STDIO_PROMPT.format(statement=statement.strip(), timeout=timeout),
         tests={"test_main.py": tests}, solution={"main.py": reference} if reference else {},

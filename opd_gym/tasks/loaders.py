@@ -93,9 +93,27 @@ def detect_schema(row: Any) -> str | None:
     return None
 
 
-def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
-                    ) -> tuple[Iterable[Any], str | None]:
-    """The rows (first one peeked) and the schema: as given, or detected from the first row."""
+class _Numbered:
+    """Rows read from a JSONL file, each with the 1-based line it is on (what an editor shows)."""
+
+    def __init__(self, pairs: Iterable[tuple[int, Any]]) -> None:
+        self.pairs = pairs
+
+
+def _labelled(rows: Iterable[Any]) -> Iterator[tuple[str, Any]]:
+    """(label, row): "line N" for JSONL rows, else "row N", both 1-based."""
+    if isinstance(rows, _Numbered):
+        for line, row in rows.pairs:
+            yield f"line {line}", row
+        return
+    for index, row in enumerate(rows, 1):
+        yield f"row {index}", row
+
+
+def _resolve_schema(rows: Iterable[tuple[str, Any]], schema: str | None, source: str
+                    ) -> tuple[Iterable[tuple[str, Any]], str | None]:
+    """The labelled rows (first one peeked) and the schema: as given, or detected from the
+    first row."""
     if schema in ("opd_gym", "own"):
         return rows, None
     if schema not in (None, "auto"):
@@ -103,10 +121,11 @@ def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
             raise DatasetError(f"unknown schema {schema!r}; known: {list(SCHEMAS)}")
         return rows, schema
     iterator = iter(rows)
-    first = next(iterator, None)
-    if first is None:
+    peeked = next(iterator, None)
+    if peeked is None:
         return [], None
-    rows = itertools.chain([first], iterator)
+    label, first = peeked
+    rows = itertools.chain([peeked], iterator)
     found = detect_schema(first)
     if found is None and isinstance(first, Mapping) and "id" not in first \
             and "tests" not in first:
@@ -117,7 +136,7 @@ def _resolve_schema(rows: Iterable[Any], schema: str | None, source: str
         fields = ", ".join(sorted(map(str, first))[:12]) or "none"
         where = f"{source}: " if source else ""
         raise DatasetError(
-            f"{where}row 0 matches no known schema (its fields: {fields}); the schemas are "
+            f"{where}{label} matches no known schema (its fields: {fields}); the schemas are "
             f"{', '.join(SCHEMAS)}: pass one with schema=/--schema"
         )
     return rows, None if found in (None, "opd_gym") else found
@@ -127,14 +146,15 @@ def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid
                  source: str = "") -> TaskList:
     """Turn rows (Tasks or mappings in `schema`) into a TaskList; bad rows raise or are skipped.
 
-    `schema` None or "auto" detects it from the first row (see `detect_schema`).
+    `schema` None or "auto" detects it from the first row (see `detect_schema`). Errors name
+    the row 1-based ("row 3"), or for a JSONL file the line an editor shows ("line 3").
     """
-    rows, schema = _resolve_schema(rows, schema, source)
+    rows, schema = _resolve_schema(_labelled(rows), schema, source)
     convert = ADAPTERS[schema] if schema else task_from_dict
     id_field = ID_FIELDS[schema] if schema else "id"
     out, seen = TaskList(), set()
-    for index, row in enumerate(rows):
-        label = f"{source + ': ' if source else ''}row {index}"
+    for where, row in rows:
+        label = f"{source + ': ' if source else ''}{where}"
         try:
             if isinstance(row, Exception):
                 raise row
@@ -159,15 +179,20 @@ def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid
     return out
 
 
-def _jsonl_rows(path: Path) -> Iterator[Any]:
-    """Parsed rows of a JSONL file; a line that is not JSON becomes a ValueError row."""
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    yield ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})")
+def _jsonl_rows(path: Path) -> _Numbered:
+    """Parsed rows of a JSONL file with their line numbers; a line that is not JSON becomes a
+    ValueError row."""
+    def pairs() -> Iterator[tuple[int, Any]]:
+        with path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield number, json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        yield number, ValueError(
+                            f"invalid JSON: {exc.msg} (column {exc.colno})")
+
+    return _Numbered(pairs())
 
 
 def _file_rows(path: Path) -> Iterable[Any]:

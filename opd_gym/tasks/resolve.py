@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from opd_gym.errors import ConfigError
-from opd_gym.tasks.loaders import load_hf_dataset, load_tasks
+from opd_gym.tasks.loaders import TaskList, load_hf_dataset, load_tasks
 from opd_gym.tasks.model import Task
 
 DEFAULT_SUITE = "coding"
@@ -23,27 +23,29 @@ def resolve_tasks(spec: Any) -> list[Task]:
     """Tasks from a suite name, a path, a list of ids (of the built-in suite), Tasks or rows.
 
     A mapping is a loader call: `{"source": path_or_suite, "schema": ..., "ids": [...]}` or
-    `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}`.
+    `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}`, either with
+    `"skip_invalid": True` to skip bad rows. The result is a `TaskList` (its `.skipped` names
+    the rows skipped).
     """
     if spec is None:
         spec = DEFAULT_SUITE
     if isinstance(spec, Task):
-        tasks: list[Task] = [spec]
+        tasks: list[Task] = TaskList([spec])
     elif isinstance(spec, str):
-        tasks = list(load_tasks(spec))
+        tasks = load_tasks(spec)
     elif isinstance(spec, Mapping):
         options = dict(spec)
         ids = options.pop("ids", None)
         if "dataset" in options:
-            tasks = list(load_hf_dataset(options.pop("dataset"), **options))
+            tasks = load_hf_dataset(options.pop("dataset"), **options)
         else:
-            tasks = list(load_tasks(options.pop("source", DEFAULT_SUITE), **options))
+            tasks = load_tasks(options.pop("source", DEFAULT_SUITE), **options)
         if ids is not None:
-            tasks = select_ids(tasks, ids)
+            tasks = TaskList(select_ids(tasks, ids), getattr(tasks, "skipped", ()))
     elif isinstance(spec, Sequence) and spec and all(isinstance(t, str) for t in spec):
-        tasks = select_ids(list(load_tasks(DEFAULT_SUITE)), spec)
+        tasks = TaskList(select_ids(list(load_tasks(DEFAULT_SUITE)), spec))
     elif isinstance(spec, Sequence):
-        tasks = list(load_tasks(list(spec)))
+        tasks = load_tasks(list(spec))
     else:
         kind = type(spec).__name__
         raise TypeError(f"tasks must be a suite name, path, list or mapping, got {kind}")

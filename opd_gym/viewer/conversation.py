@@ -77,6 +77,8 @@ def _turn(k: int, message: dict[str, Any], turn: dict[str, Any], record: Any,
     if record is not None:
         if record.retokenized:
             head.append(chip("retokenized"))
+        if record.reconstructed:
+            head.append(chip("reconstructed"))
         if record.scope != "turn":
             head.append(chip("scope", record.scope))
     out = [f'<section class="turn" id="ep-{ep_number}-t{k}"><div class="h">{"".join(head)}'

@@ -76,6 +76,7 @@ def render_report(
         f"<h1>OPD run report</h1><div class=\"sub\">{esc(run.path.name)} &middot; "
         f"{len(run.episodes)} episode(s)</div>",
         metric_figures(run),
+        _footing_warning(run),
         _problems(run),
         charts(run),
         config_table(run),
@@ -98,6 +99,28 @@ def render_report(
         vocab=script_json({str(k): v for k, v in sorted(names.used.items())}),
         script=SCRIPT,
     )
+
+
+def _footing_warning(run: Run) -> str:
+    """A warning card when turns were scored on a teacher context rebuilt from the messages
+    (the agent passed no prompt_ids) or with ids nobody checked against the teacher's."""
+    raws = [raw for ep in run.episodes for raw in as_list(ep.data.get("opd"))
+            if isinstance(raw, dict)]
+    rebuilt = sum(bool(raw.get("reconstructed")) for raw in raws)
+    unchecked = sum(bool(raw.get("ids_unchecked")) for raw in raws)
+    notes = []
+    if rebuilt:
+        notes.append(f"{rebuilt} of {len(raws)} turns ({rebuilt / len(raws):.0%}) were scored "
+                     "on a teacher context rebuilt from the messages: the agent passed no "
+                     "prompt_ids, so their teacher-student gaps may come from the rendering, "
+                     "not the hint.")
+    if unchecked:
+        notes.append(f"{unchecked} of {len(raws)} turns carry token ids never checked against "
+                     "the teacher's tokenizer (student_tokenizer='unchecked').")
+    if not notes:
+        return ""
+    return ('<div class="card err-note warning-footing" style="margin-top:8px"><b>Warning</b> '
+            + " ".join(esc(n) for n in notes) + "</div>")
 
 
 def _problems(run: Run) -> str:

@@ -61,7 +61,9 @@ def test_float64_control_through_the_env(tiny_model_path):
         warnings.simplefilter("ignore")
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1,
                        max_turns=2)
-    env = OPDWrapper(env, teacher=teacher, judge=None, topk=3, delivery="per_episode",
+    env = OPDWrapper(env, teacher=teacher,
+                     student_tokenizer=teacher.tokenizer,
+                     judge=None, topk=3, delivery="per_episode",
                      hint_scope="episode")
     obs, info = env.reset(seed=0)
     done = False
@@ -99,3 +101,31 @@ def test_policy_options_and_per_worker_generators(tiny_model_path):
         make_agent_factory("demo", tasks, beam_width=4)
     with pytest.raises(ValueError, match="max_model_len"):
         TransformersPolicy(tiny_model_path, max_model_len=10).sample(messages, None)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(0.5, 1.0), (1.7, 1.0), (0.5, 0.9)])
+def test_policy_logprobs_are_of_the_distribution_it_sampled_from(tiny_model_path, temperature,
+                                                                  top_p):
+    """Sampling at T (and top-p): each recorded logprob is log softmax(logits / T) of the
+    token, renormalised over the nucleus, recomputed here in fp64 from one forward pass."""
+    import torch
+
+    policy = TransformersPolicy(tiny_model_path, max_new_tokens=12, temperature=temperature,
+                                top_p=top_p, seed=3, dtype="float64")
+    messages = [{"role": "user", "content": "Write fizzbuzz."}]
+    out = policy.sample(messages, None)
+    assert policy.logprob_temperature == temperature
+    ids = torch.tensor([out.prompt_ids + out.token_ids])
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids).logits[0].double()
+    rows = logits[len(out.prompt_ids) - 1:len(out.prompt_ids) - 1 + len(out.token_ids)]
+    logp = torch.log_softmax(rows / temperature, dim=-1)
+    want = []
+    for row, token in zip(logp, out.token_ids, strict=True):
+        sorted_p, order = row.exp().sort(descending=True)
+        keep = order[(sorted_p.cumsum(0) - sorted_p) < top_p]
+        want.append(float(row[token] - torch.logsumexp(row[keep], dim=0)))
+    np.testing.assert_allclose(out.logprobs, want, atol=1e-6)
+    untempered = torch.log_softmax(rows, dim=-1)[torch.arange(len(out.token_ids)),
+                                                 torch.tensor(out.token_ids)]
+    assert np.abs(np.array(out.logprobs) - untempered.numpy()).max() > 1e-3  # not the raw ones

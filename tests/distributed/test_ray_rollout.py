@@ -130,3 +130,88 @@ def test_cli_rollout_on_a_cluster_address_then_resume(ray_cluster, tmp_path):
     assert run.read_summary()["episodes"] == 3 and (out / "report.html").is_file()
     assert cli.main(argv + ["--resume"]) == 0
     assert sorted(row.episode for row in RunDirectory(out).rows()) == [0, 1, 2]
+
+
+def test_cli_tool_format_reaches_the_ray_workers(ray_cluster, tmp_path):
+    """`--tool-format qwen3_coder --ray`: the workers (other processes) build their envs from
+    the run config they receive, so the tool calls are written and parsed as qwen3_coder (the
+    scripted policy writes the env's format; a worker left on hermes would show <tool_call>)."""
+    from opd_gym import cli
+
+    out = tmp_path / "run"
+    argv = ["rollout", "--ray", ray_cluster.address, "--workers", "2",
+            "--episodes-per-worker", "1", "--episodes", "2", "--task-ids", ",".join(TASKS),
+            "--sandbox", "local", "--no-opd", "--tool-format", "qwen3_coder", "--out", str(out),
+            "--quiet", "--no-report"]
+    assert cli.main(argv) == 0
+    rows = list(RunDirectory(out).rows())
+    assert sorted(r.episode for r in rows) == [0, 1]
+    for row in rows:
+        system = row.messages[0]["content"]
+        assert "<function=" in system and "<tool_call>\n{" not in system
+        texts = [t["text"] for t in row.turns]
+        assert texts and all("<function=" in t and "<tool_call>\n{" not in t for t in texts)
+        tool_results = [m for m in row.messages if m.get("role") == "tool"]
+        assert len(tool_results) == len(texts) - 1 or len(tool_results) == len(texts)
+        assert row.passed  # every call parsed and run: the scripted fix passes the tests
+    assert RunDirectory(out).read_summary()["config"]["tool_format"] == "qwen3_coder"
+
+
+def test_ctrl_c_on_a_ray_run_records_no_casualty(ray_cluster, tmp_path):
+    """A real SIGINT to `opd-gym rollout --ray ADDRESS`: no new episodes, those in flight
+    cancelled at the end of the grace period (0 s here) and never recorded as played, summary
+    and report written, exit 130; `--resume` then completes the run with one row per episode."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "opd_gym.cli", "rollout", "--ray", ray_cluster.address,
+            "--workers", "2", "--episodes-per-worker", "1", "--episodes", "8",
+            "--task-ids", ",".join(TASKS), "--sandbox", "local", "--teacher", "tiny",
+            "--topk", "2", "--out", str(out), "--quiet", "--grace", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = out / "trajectories.jsonl"
+    while proc.poll() is None and not (path.is_file() and path.read_text().count("\n") >= 1):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted: starting no new episodes" in stderr
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert 1 <= len(rows) < 8
+    for row in rows:  # played, or marked interrupted: never an infra casualty counted
+        infra = (row.get("grade") or {}).get("infra_error")
+        assert (row["finished"] and not infra) or row.get("interrupted")
+    summary = RunDirectory(out).read_summary()
+    assert summary["interrupted"] is True
+    assert summary["episodes"] == sum(r["finished"] and not r.get("interrupted") for r in rows)
+    assert (out / "report.html").is_file()
+    resumed = subprocess.run([*argv[:-2], "--resume"], capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(r.episode for r in RunDirectory(out).rows()) == list(range(8))
+    assert RunDirectory(out).read_summary()["episodes"] == 8
+
+
+@pytest.mark.parametrize("policy,teacher", [("tiny", "smollm2"), ("smollm2", "tiny")])
+def test_tokenizer_mismatch_stops_the_ray_run_before_any_episode(ray_cluster, tmp_path,
+                                                                  policy, teacher):
+    """Each worker checks its agent's tokenizer against the teacher's when it starts: the
+    real tiny/SmolLM2 pair, either way round, is refused in one line and no row is written."""
+    from opd_gym import specs
+    from opd_gym.errors import ConfigError
+
+    path = specs.model_path(policy)
+
+    def agent(env):  # built in the worker (a loaded model does not travel to the actors)
+        from opd_gym.agents.hf import TransformersPolicy
+
+        return TransformersPolicy(path, max_new_tokens=4)
+
+    with pytest.raises(ConfigError, match="tokenizers differ.*vocabularies differ"):
+        run_ray_rollout(_config(tmp_path / "ray", 1), agent, teacher=teacher, judge="rule",
+                        progress=False, options=RayOptions(workers=1, episodes_per_worker=1))
+    rows = tmp_path / "ray" / "trajectories.jsonl"
+    assert not rows.exists() or not rows.read_text().strip()

@@ -84,3 +84,14 @@ def test_record_rejects_a_tail_that_breaks_the_fill_rules() -> None:
                       teacher_topk_ids=good.teacher_topk_ids,
                       teacher_topk_logprobs=good.teacher_topk_logprobs, mask=good.mask,
                       teacher_tail_logprobs=np.array(bad, np.float32))
+
+
+@pytest.mark.parametrize("mass", [1e-9, 1e-6, 3e-3, 0.5, 0.9, 1 - 1e-4, 1 - 1e-6])
+def test_tail_is_within_a_thousandth_of_a_nat_of_fp64(mass: float) -> None:
+    """A top-K holding a tiny mass or nearly all of it: the stored (float32) tail is within
+    1e-3 nats of log(1 - mass) computed in fp64 from the same float32 top-K logprobs."""
+    k = 8
+    row = np.log(np.full((1, k), mass / k)).astype(np.float32)
+    reference = np.log1p(-np.exp(row.astype(np.float64)).sum())
+    got = _record(row).teacher_tail_logprobs[0]
+    assert abs(float(got) - reference) < 1e-3

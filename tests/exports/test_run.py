@@ -74,7 +74,25 @@ def test_atropos_groups_cover_full_sequences(run_dir):
 def test_atropos_without_prompt_ids_or_tokenizer_says_what_to_do(run_dir):
     out, _ = run_dir
     with pytest.raises(ValueError, match="--tokenizer"):
-        export_run(out, "atropos")
+        export_run(out, "atropos", out / "failed.jsonl")
+    assert not (out / "failed.jsonl").exists()  # atomic: no partial or empty file
+    assert not list(out.glob(".failed*"))
+
+
+@pytest.mark.parametrize("fmt", ["tinker", "slime", "verl"])
+def test_formats_needing_student_logprobs_refuse_a_run_without_them(run_dir, fmt, capsys):
+    """The demo policy records no student logprobs: the export exits 2 naming the field and
+    the policies that record it, and writes nothing (never a 0.0 filler, never 0 lines)."""
+    from opd_gym.cli import main
+
+    out, model = run_dir
+    target = out / f"refused-{fmt}.jsonl"
+    rc = main(["export", str(out), "--to", fmt, "--out", str(target),
+               "--tokenizer", f"hf:{model}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "student_logprobs" in err and "12 of 12 turns" in err and "--policy tiny" in err
+    assert not target.exists() and not list(out.glob(".refused-*"))
 
 
 def test_trl_rows_and_advantages(run_dir):
@@ -105,6 +123,30 @@ def test_parquet_round_trip(run_dir):
         assert row["hint"] == record.hint
         np.testing.assert_allclose(row["teacher_token_logprobs"], record.teacher_token_logprobs)
         assert all(math.isfinite(x) for x in row["teacher_token_logprobs"])
+
+
+def test_parquet_carries_every_record_field_through_datasets(run_dir):
+    """Every OPDRecord field is a column (tail mass, copied mask, footing, ...), and the rows
+    read back with the consumer's loader (`datasets`) equal the records, NaN for NaN."""
+    import dataclasses
+
+    import datasets
+
+    out, _ = run_dir
+    path = export_run(out, "parquet", out / "all.parquet")
+    rows = datasets.Dataset.from_parquet(str(path)).to_list()
+    records = [ex.record for episode in examples(out) for ex in episode]
+    names = {f.name for f in dataclasses.fields(records[0])}
+    assert names <= set(rows[0]) and {"prompt_ids", "episode", "reward"} <= set(rows[0])
+    for row, record in zip(rows, records, strict=True):
+        for name in ("teacher_tail_logprobs", "teacher_topk_logprobs", "teacher_token_logprobs"):
+            np.testing.assert_array_equal(np.asarray(row[name], np.float32),
+                                          getattr(record, name))
+        assert row["teacher_topk_ids"] == record.teacher_topk_ids.tolist()
+        assert row["copied"] == (None if record.copied is None else record.copied.tolist())
+        assert row["mask"] == record.mask.tolist() and row["context"] == record.context
+        assert row["teacher_temperature"] == 1.0 and row["student_logprobs"] is None
+        assert row["reconstructed"] is False and row["retokenized"] is True
 
 
 def test_unknown_format_is_refused(run_dir):

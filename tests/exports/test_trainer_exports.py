@@ -89,9 +89,11 @@ def test_slime_sample_uses_the_students_logprob_where_there_is_no_signal() -> No
     assert s["loss_mask"].tolist() == [1, 1, 1]
     advantage = s["teacher_log_probs"] - s["rollout_log_probs"]
     assert advantage[2] == 0.0  # no hint, no distillation push
-    masked = to_slime_sample(_record(student=False), PROMPT)
+    masked = to_slime_sample(_record(), PROMPT, neutral="mask")
     assert masked["loss_mask"].tolist() == [1, 1, 0]
     assert not np.isnan(masked["teacher_log_probs"]).any()
+    with pytest.raises(ValueError, match="no student_logprobs .*--policy tiny"):
+        to_slime_sample(_record(student=False), PROMPT)  # never a 0.0 rollout logprob
     with pytest.raises(ValueError, match="neutral"):
         to_slime_sample(_record(), PROMPT, neutral="zero")
 

@@ -1,289 +1,460 @@
-"""The grading harness's proxy protocol, run for real as local processes (no sandbox needed).
+"""The grading harness (`sandbox/grade_harness.py`, request/verdict version 2), run for real.
 
-Each test writes a solution and hidden tests, runs `sandbox/grade_harness.py` on them through
-`run_harness_here` (the same harness and runner as in Docker, one uid), and reads the verdict.
+Most tests run it as a local process on a temp workspace through `run_harness_here` (one uid,
+no sandbox); the `docker` tests run it in a real Docker sandbox, where it is root and each
+variant's pytest runs under the agent's uid.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from pathlib import Path
 
 import pytest
 
-from opd_gym.grading import parse_verdict, run_harness_here
-from opd_gym.tasks import Task
+from opd_gym.grading.launch import agent_uid, harness_request, run_harness, run_harness_here
 
 
-def run(tmp_path, solution: dict[str, str], tests: str, timeout: float = 20.0) -> dict:
-    for name, text in solution.items():
-        path = tmp_path / name
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    task = Task(id="t", prompt="p", tests={"test_it.py": tests}, timeout=timeout)
-    verdict = parse_verdict(run_harness_here(task, tmp_path))
-    return {e["id"].split("::")[-1]: (e["outcome"], e["message"]) for e in verdict["tests"]}
+        path.write_text(text, encoding="utf-8")
 
 
-def outcomes(results: dict) -> dict:
-    return {name: outcome for name, (outcome, _) in results.items()}
+def harness(tmp_path: Path, workspace: dict[str, str], variants: list[dict[str, str]], *,
+            ini: str | None = None, args: tuple[str, ...] = ("tests",),
+            timeout: float = 30.0) -> list[dict]:
+    """Write the workspace, run the harness on it, return the verdict's variants."""
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    write(ws, workspace)
+    raw = run_harness_here(ws, variants, ini=ini, args=args, timeout=timeout)
+    verdict = json.loads(raw.splitlines()[-1])
+    assert verdict["version"] == 2 and len(verdict["variants"]) == len(variants)
+    return verdict["variants"]
 
 
-SHAPES = '''
-import collections, dataclasses, decimal, enum, fractions
+def outcomes(variant: dict) -> dict[str, str]:
+    """{node id: outcome}; failures' messages go to the log to explain a failed assertion."""
+    for t in variant["tests"]:
+        if t["outcome"] not in ("passed", "skipped"):
+            print(t["id"], t["outcome"], t["message"])
+    return {t["id"]: t["outcome"] for t in variant["tests"]}
 
 
-class Shape:
-    registry = []
-
-    def __init__(self, name):
-        self.name = name
-
-    def area(self):
-        raise NotImplementedError
-
-    def __repr__(self):
-        return f"Shape({self.name!r})"
+OUTCOME_TESTS = '''
+import pytest
 
 
-class Square(Shape):
-    def __init__(self, side):
-        super().__init__("square")
-        self.side = side
-
-    def area(self):
-        return self.side ** 2
-
-    def __eq__(self, other):
-        return isinstance(other, Square) and other.side == self.side
-
-    def __lt__(self, other):
-        return self.area() < other.area()
-
-    __hash__ = None
+@pytest.fixture
+def broken():
+    raise RuntimeError("setup broke")
 
 
-class ShapeError(ValueError):
+@pytest.fixture
+def bad_teardown():
+    yield
+    raise RuntimeError("teardown broke")
+
+
+def test_pass():
+    assert 1 + 1 == 2
+
+
+def test_fail():
+    assert [1, 2] == [1, 3]
+
+
+def test_setup_error(broken):
     pass
 
 
-class TooSmall(ShapeError):
-    def __init__(self, size):
-        super().__init__(f"too small: {size}")
-        self.size = size
+def test_teardown_error_after_pass(bad_teardown):
+    pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Point:
-    x: int
-    y: int
+def test_fail_and_teardown_error(bad_teardown):
+    assert False
 
 
-class Color(enum.IntEnum):
-    RED = 1
-    BLUE = 2
+def test_skip():
+    pytest.skip("not today")
 
 
-Pair = collections.namedtuple("Pair", "a b")
+@pytest.mark.skip(reason="marked")
+def test_skip_mark():
+    pass
 
 
-def make(side):
-    if side < 1:
-        raise TooSmall(side)
-    return Square(side)
+@pytest.mark.xfail(reason="known")
+def test_xfail():
+    assert False
 
 
-def values():
-    return {"t": (1, 2), "s": {3}, "f": frozenset({4}), "b": b"x", "c": 1 + 2j,
-            "d": decimal.Decimal("1.5"), "q": fractions.Fraction(1, 3), "n": None,
-            "big": 10 ** 5000, "nan": float("nan"), "k": {(1, 2): [3]}}
+@pytest.mark.xfail(reason="fixed")
+def test_xpass():
+    pass
 
 
-def count(n):
-    yield from range(n)
+@pytest.mark.xfail(strict=True, reason="strict")
+def test_xpass_strict():
+    pass
 
 
-def apply(fn, items):
-    return [fn(x) for x in items]
+@pytest.mark.xfail(run=False, reason="not run")
+def test_xfail_not_run():
+    assert False
 
 
-def total(items):
-    return sum(items[i] for i in range(len(items)))
+@pytest.mark.parametrize("text", ["a b", "two  spaces", "\u00e9t\u00e9", "x::y", "[z]"])
+def test_param(text):
+    assert text != "x::y"
 
 
-def shout(text):
-    print(text.upper())
-    return len(text)
-
-
-class Counter:
-    def __init__(self):
-        self.n = 0
-
-    def __enter__(self):
-        self.n += 1
-        return self
-
-    def __exit__(self, *exc):
-        self.n += 10
-        return False
-
-    def __len__(self):
-        return self.n
+class TestGroup:
+    def test_method(self):
+        pass
 '''
 
-SHAPE_TESTS = '''
-import dataclasses, decimal, fractions, math
+
+def test_every_outcome_follows_pytest_rules(tmp_path):
+    [variant] = harness(tmp_path, {}, [{"tests/test_o.py": OUTCOME_TESTS}])
+    got = outcomes(variant)
+    base = "tests/test_o.py::"
+    expected = {
+        "test_pass": "passed", "test_fail": "failed", "test_setup_error": "error",
+        "test_teardown_error_after_pass": "error", "test_fail_and_teardown_error": "failed",
+        "test_skip": "skipped", "test_skip_mark": "skipped", "test_xfail": "xfailed",
+        "test_xpass": "xpassed", "test_xpass_strict": "failed",
+        "test_xfail_not_run": "xfailed", "TestGroup::test_method": "passed",
+    }
+    for name, outcome in expected.items():
+        assert got.pop(base + name) == outcome, name
+    params = {k[len(base):]: v for k, v in got.items()}
+    assert len(params) == 5 and set(params.values()) == {"passed", "failed"}
+    assert params["test_param[a b]"] == "passed"
+    assert params["test_param[two  spaces]"] == "passed"
+    assert params["test_param[x::y]"] == "failed"
+    assert params["test_param[\\xe9t\\xe9]"] == "passed"  # pytest's own escaping of "été"
+    assert params["test_param[[z]]"] == "passed"
+    messages = {t["id"][len(base):]: t["message"] for t in variant["tests"]}
+    assert "assert [1, 2] == [1, 3]" in messages["test_fail"]
+    assert "setup broke" in messages["test_setup_error"]
+    assert "teardown broke" in messages["test_teardown_error_after_pass"]
+    assert "not today" in messages["test_skip"] and messages["test_xfail"] == "known"
+    assert variant["exit"] == 1 and variant["timed_out"] is False
+    assert variant["collect_errors"] == []
+    assert "failed" in variant["output"]
+
+
+def test_variants_run_apart_with_the_same_ids(tmp_path):
+    solution = {"calc.py": "def add(a, b):\n    return a + b\n"}
+    real = "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+    canary = real.replace("== 4", "== 5")
+    first, second = harness(tmp_path, solution, [{"tests/test_c.py": real},
+                                                  {"tests/test_c.py": canary}])
+    assert outcomes(first) == {"tests/test_c.py::test_add": "passed"}
+    assert outcomes(second) == {"tests/test_c.py::test_add": "failed"}
+    assert first["exit"] == 0 and second["exit"] == 1
+
+
+def test_objects_of_the_solution_are_native(tmp_path):
+    # one process: isinstance, subclasses, dataclasses and callables work as in plain pytest
+    solution = {"shapes.py": (
+        "import dataclasses, enum\n"
+        "class Color(str, enum.Enum):\n    RED = 'red'\n"
+        "class Items(list):\n    pass\n"
+        "@dataclasses.dataclass\nclass Point:\n    x: int\n    y: int\n"
+        "def make():\n    return Items([3, 1, 2])\n"
+        "def apply(fn, it):\n    return [fn(v) for v in it]\n")}
+    tests = (
+        "import dataclasses\nfrom shapes import Color, Items, Point, apply, make\n\n"
+        "def test_native():\n"
+        "    assert isinstance(make(), Items) and make()[1:] == [1, 2]\n"
+        "    assert isinstance(Color.RED, str) and Color('red') is Color.RED\n"
+        "    assert dataclasses.asdict(Point(1, 2)) == {'x': 1, 'y': 2}\n"
+        "    assert apply(lambda v: v * 2, iter([1, 2])) == [2, 4]\n")
+    [variant] = harness(tmp_path, solution, [{"tests/test_n.py": tests}])
+    assert outcomes(variant) == {"tests/test_n.py::test_native": "passed"}
+
+
+def test_a_collection_error_leaves_the_other_files_running(tmp_path):
+    variants = [{"tests/test_ok.py": "def test_ok():\n    pass\n",
+                 "tests/test_broken.py": "from missing_module import x\n\ndef test_b():\n"
+                                         "    pass\n"}]
+    [variant] = harness(tmp_path, {}, variants)
+    assert outcomes(variant) == {"tests/test_ok.py::test_ok": "passed"}
+    [(where, message)] = variant["collect_errors"]
+    assert where == "tests/test_broken.py" and "missing_module" in message
+    assert variant["exit"] == 1
+
+
+def test_a_timeout_keeps_what_finished_and_marks_the_variant(tmp_path):
+    tests = ("import time\n\ndef test_a_first():\n    pass\n\n"
+             "def test_b_hangs():\n    time.sleep(120)\n\ndef test_c_after():\n    pass\n")
+    started = time.monotonic()
+    quick, hung = harness(tmp_path, {}, [{"tests/test_t.py": "def test_a_first():\n    pass\n"},
+                                         {"tests/test_t.py": tests}], timeout=3.0)
+    assert time.monotonic() - started < 30
+    assert quick["timed_out"] is False and outcomes(quick) == {
+        "tests/test_t.py::test_a_first": "passed"}
+    assert hung["timed_out"] is True and hung["exit"] == -1
+    assert outcomes(hung) == {"tests/test_t.py::test_a_first": "passed"}
+
+
+def test_an_early_exit_loses_the_tests_it_skipped(tmp_path):
+    tests = ("import os\n\ndef test_a():\n    pass\n\ndef test_b_exits():\n"
+             "    os._exit(0)\n\ndef test_c():\n    pass\n")
+    [variant] = harness(tmp_path, {}, [{"tests/test_e.py": tests}])
+    assert outcomes(variant) == {"tests/test_e.py::test_a": "passed"}
+    assert variant["exit"] == -1 and variant["timed_out"] is False
+
+
+def test_forged_and_malformed_lines_never_add_or_flip_a_passed_test(tmp_path):
+    # the solution shares the process and may write to fd 3: garbage is ignored, a second
+    # report of a test that disagrees with the first makes it an error (canaries catch the rest)
+    solution = {"forge.py": (
+        "import json, os\n"
+        "def forge():\n"
+        "    os.write(3, b'not json\\n[1]\\n{\"id\": 5}\\n')\n"
+        "    os.write(3, json.dumps({'id': 'tests/test_f.py::test_real', 'outcome': 'failed',"
+        " 'message': ''}).encode() + b'\\n')\n")}
+    tests = "from forge import forge\n\ndef test_real():\n    forge()\n"
+    [variant] = harness(tmp_path, solution, [{"tests/test_f.py": tests}])
+    assert outcomes(variant) == {"tests/test_f.py::test_real": "error"}
+
+
+STEERING = {
+    "conftest.py": "raise SystemExit('workspace conftest ran')\n",
+    "tests/conftest.py": "import pytest\n@pytest.fixture\ndef value():\n    return 'forged'\n",
+    "sitecustomize.py": "raise SystemExit('sitecustomize ran')\n",
+    "usercustomize.py": "raise SystemExit('usercustomize ran')\n",
+    "evil.pth": "import sys; sys.exit(3)\n",
+    "tests/__init__.py": "raise SystemExit('package init ran')\n",
+    "pkg/__init__.py": "VALUE = 'kept'\n",
+    "pkg/__pycache__/x.pyc": "junk",
+    "pytest.ini": "[pytest]\naddopts = --no-such-option\npython_functions = nothing_*\n",
+    "tox.ini": "[pytest]\naddopts = --no-such-option\n",
+    "setup.cfg": "[tool:pytest]\naddopts = --no-such-option\n",
+    "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '--no-such-option'\n",
+}
+
+
+def test_workspace_files_that_steer_collection_are_dropped(tmp_path):
+    tests = (
+        "import os, sys\nimport opd_grading\nfrom pkg import VALUE\n\n"
+        "def test_tree():\n"
+        "    for name in ('conftest.py', 'sitecustomize.py', 'usercustomize.py', 'evil.pth',\n"
+        "                 'tests/__init__.py', 'pkg/__pycache__'):\n"
+        "        assert not os.path.exists(name), name\n"
+        "    assert os.path.isfile('pytest.ini') and VALUE == 'kept'\n"
+        "    assert os.getcwd() == opd_grading.WORKSPACE and not hasattr(opd_grading, 'FORGED')\n"
+        "    harness_dir = os.path.dirname(opd_grading.__file__)\n"
+        "    assert sys.path.index(harness_dir) < sys.path.index(os.getcwd())\n"
+        "    assert sys.path.index(os.getcwd()) < sys.path.index(os.path.dirname(os.__file__))\n\n"
+        "def test_task_conftest_wins(value):\n    assert value == 'task'\n")
+    task_conftest = "import pytest\n@pytest.fixture\ndef value():\n    return 'task'\n"
+    [variant] = harness(tmp_path, {**STEERING, "opd_grading.py": "FORGED = 1\n"},
+                        [{"tests/test_s.py": tests, "tests/conftest.py": task_conftest}])
+    assert outcomes(variant) == {"tests/test_s.py::test_tree": "passed",
+                                 "tests/test_s.py::test_task_conftest_wins": "passed"}
+
+
+def test_the_task_ini_is_honoured_and_the_workspace_ini_ignored(tmp_path):
+    ini = "[pytest]\npython_functions = check_*\nmarkers =\n    slowish: a marker\n" \
+          "addopts = --strict-markers\n"
+    tests = ("import pytest\n\ndef check_collected():\n    pass\n\n"
+             "@pytest.mark.slowish\ndef check_marked():\n    pass\n\n"
+             "def test_not_collected():\n    pass\n")
+    [variant] = harness(tmp_path, {"pytest.ini": STEERING["pytest.ini"]},
+                        [{"tests/test_i.py": tests}], ini=ini)
+    assert outcomes(variant) == {"tests/test_i.py::check_collected": "passed",
+                                 "tests/test_i.py::check_marked": "passed"}
+
+
+def test_opd_grading_runs_programs_and_reads_files_of_the_tree(tmp_path):
+    workspace = {
+        "main.py": "import sys\nprint(sys.stdin.read().upper(), end='')\n",
+        "hang.py": "import time\ntime.sleep(60)\n",
+        "answer.txt": "42\n",
+        "data/info.txt": "x",
+    }
+    tests = (
+        "import os\nimport pytest\nfrom opd_grading import (GradingAbort, exists, is_file,\n"
+        "    read_bytes, read_text, run, scratch_dir)\n\n"
+        "def test_run():\n"
+        "    proc = run(['python3', 'main.py'], stdin='hi', timeout=20)\n"
+        "    assert (proc.returncode, proc.stdout, proc.stderr) == (0, 'HI', '')\n"
+        "    assert run(['python3', 'main.py'], stdin=b'x', text=False).stdout == b'X'\n\n"
+        "def test_run_timeout():\n"
+        "    with pytest.raises(GradingAbort):\n"
+        "        run(['python3', 'hang.py'], timeout=0.5)\n\n"
+        "def test_files():\n"
+        "    assert read_text('answer.txt') == '42\\n' and read_bytes('data/info.txt') == b'x'\n"
+        "    assert is_file('answer.txt') and not is_file('data') and exists('data')\n"
+        "    assert not is_file('missing.txt') and not exists('../etc/passwd')\n"
+        "    with pytest.raises(PermissionError):\n"
+        "        read_text('/etc/passwd')\n"
+        "    folder = scratch_dir()\n"
+        "    (folder / 'f.txt').write_text('ok')\n"
+        "    assert not str(folder).startswith(os.getcwd())\n")
+    [variant] = harness(tmp_path, workspace, [{"tests/test_g.py": tests}])
+    assert set(outcomes(variant).values()) == {"passed"} and len(variant["tests"]) == 3
+
+
+def test_the_tree_is_read_only_and_tmp_path_writable(tmp_path):
+    tests = (
+        "import os, pytest, tempfile\n\n"
+        "def test_write(tmp_path):\n"
+        "    (tmp_path / 'x').write_text('ok')\n"
+        "    with tempfile.NamedTemporaryFile() as fh:\n"
+        "        fh.write(b'ok')\n"
+        "    assert os.environ['HOME'] != os.getcwd() and os.access(os.environ['HOME'], os.W_OK)\n"
+        "    if os.geteuid() != 0:  # root ignores modes here; the Docker test covers it\n"
+        "        with pytest.raises(PermissionError):\n"
+        "            open('tests/test_r.py', 'a')\n"
+        "        with pytest.raises(PermissionError):\n"
+        "            open('new_file.txt', 'w')\n"
+        "    assert not os.access('tests', os.W_OK) or os.geteuid() == 0\n"
+        "    assert 'PYTHONPATH' not in os.environ and os.environ['LANG'] == 'C.UTF-8'\n")
+    [variant] = harness(tmp_path, {"solution.py": "x = 1\n"}, [{"tests/test_r.py": tests}])
+    assert outcomes(variant) == {"tests/test_r.py::test_write": "passed"}
+    assert (tmp_path / "ws" / "solution.py").read_text() == "x = 1\n"
+
+
+def test_detached_processes_are_killed_at_the_end(tmp_path):
+    pidfile = tmp_path / "pid"
+    tests = (
+        "import subprocess\n\ndef test_spawn():\n"
+        "    proc = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(proc.pid))\n")
+    [variant] = harness(tmp_path, {}, [{"tests/test_d.py": tests}])
+    assert outcomes(variant) == {"tests/test_d.py::test_spawn": "passed"}
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_huge_output_is_cut_to_its_tail(tmp_path):
+    tests = "def test_loud():\n    print('x' * 5_000_000)\n    assert False\n"
+    [variant] = harness(tmp_path, {}, [{"tests/test_l.py": tests}])
+    assert outcomes(variant) == {"tests/test_l.py::test_loud": "failed"}
+    assert 0 < len(variant["output"]) <= 8000
+
+
+def test_the_request_builder_shapes_version_2():
+    request = harness_request("/workspace", 1000, 7, [{"tests/t.py": "x"}, {"tests/t.py": "y"}],
+                              None, ["tests/t.py"])
+    assert request == {
+        "version": 2, "workspace": "/workspace", "agent_uid": 1000, "timeout": 7.0,
+        "ini": None, "args": ["tests/t.py"],
+        "variants": [{"files": {"tests/t.py": "x"}}, {"files": {"tests/t.py": "y"}}],
+    }
+
+
+@pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
+def test_through_the_sandbox_shell(local_sandbox):
+    local_sandbox.write_file("calc.py", "def add(a, b):\n    return a + b\n")
+    tests = "from calc import add\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    request = harness_request(local_sandbox.workspace, agent_uid(local_sandbox), 30,
+                              [{"tests/test_c.py": tests}], None, ["tests"])
+    verdict = json.loads(run_harness(local_sandbox, request, 60).splitlines()[-1])
+    assert outcomes(verdict["variants"][0]) == {"tests/test_c.py::test_add": "passed"}
+
+
+# -- Docker: the harness is root, the tests and the solution run as the agent's uid --------
+@pytest.fixture
+def docker_box():
+    from opd_gym.sandboxes import sandbox_factory
+
+    sb = sandbox_factory({"backend": "docker"})()
+    sb.start()
+    yield sb
+    sb.close()
+
+
+SEPARATION_TESTS = '''
+import os, signal, subprocess
 
 import pytest
-from shapes import (Color, Counter, Pair, Point, Shape, ShapeError, Square, TooSmall, apply,
-                    count, make, shout, total, values)
-from shapes import make as make_again
 
 
-def test_objects_and_attributes():
-    sq = make(3)
-    assert sq.area() == 9 and sq.side == 3 and sq.name == "square"
-    sq.side = 4
-    assert sq.area() == 16
-    assert repr(sq) == "Shape('square')"
+def harness_pid():
+    zygote = os.getppid()
+    with open(f"/proc/{zygote}/stat") as fh:
+        return int(fh.read().rpartition(")")[2].split()[1])
 
 
-def test_classes_mirror_the_hierarchy():
-    assert isinstance(make(2), Square) and isinstance(make(2), Shape)
-    assert issubclass(Square, Shape) and not issubclass(Shape, Square)
-    assert make is make_again and Square.registry == []
+def test_runs_as_the_agent(request):
+    assert (os.getuid(), os.geteuid(), os.getgid(), os.getgroups()) == (1000, 1000, 1000, [])
+    with open("/proc/self/status") as fh:
+        assert "CapEff:\\t0000000000000000" in fh.read()
+    ini = str(request.config.inipath)
+    assert os.path.dirname(ini) == os.getcwd()  # ini paths resolve against the tree's root
+    with pytest.raises(PermissionError):
+        open(ini, "a")
+    with pytest.raises(PermissionError):
+        os.listdir(os.path.dirname(os.getcwd()))
+    with pytest.raises(PermissionError):
+        open("tests/test_sep.py", "a")
+    with pytest.raises(PermissionError):
+        open("planted.txt", "w")
 
 
-def test_exceptions_keep_their_classes_and_attributes():
-    with pytest.raises(TooSmall) as caught:
-        make(0)
-    assert caught.value.size == 0 and "too small: 0" in str(caught.value)
-    with pytest.raises(ShapeError):
-        make(-1)
-    with pytest.raises(ValueError, match="too small"):
-        make(-2)
-    with pytest.raises(NotImplementedError):
-        Shape("x").area()
+def test_cannot_signal_the_harness():
+    for pid in (os.getppid(), harness_pid()):
+        with pytest.raises(PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(PermissionError):
+            os.listdir(f"/proc/{pid}/fd")
 
 
-def test_equality_and_ordering_between_solution_objects():
-    assert Square(2) == Square(2) and Square(2) != Square(3)
-    assert Square(2) < Square(3)
-    assert sorted([Square(3), Square(1)])[0].side == 1
-    assert Square(2) != 4
-
-
-def test_builtin_subclasses_compare_by_value():
-    assert Color.RED == 1 and Color.BLUE > 1
-    assert Pair(1, 2) == (1, 2) and Pair(1, 2).b == 2
-    assert Point(1, 2) == Point(1, 2) and dataclasses.is_dataclass(Point)
-
-
-def test_plain_values_round_trip():
-    v = values()
-    assert v["t"] == (1, 2) and type(v["t"]) is tuple
-    assert v["s"] == {3} and v["f"] == frozenset({4}) and v["b"] == b"x"
-    assert v["c"] == 1 + 2j and v["d"] == decimal.Decimal("1.5")
-    assert v["q"] == fractions.Fraction(1, 3) and v["n"] is None
-    assert v["big"] == 10 ** 5000 and math.isnan(v["nan"]) and v["k"] == {(1, 2): [3]}
-
-
-def test_generators_and_iteration():
-    assert list(count(4)) == [0, 1, 2, 3]
-    assert [x * 2 for x in count(3)] == [0, 2, 4]
-
-
-def test_callbacks_and_test_objects_reach_the_solution():
-    assert apply(lambda x: x + 1, [1, 2]) == [2, 3]
-
-    class Spy(list):
-        reads = 0
-
-        def __getitem__(self, i):
-            Spy.reads += 1
-            return super().__getitem__(i)
-
-    assert total(Spy([1, 2, 3])) == 6 and Spy.reads == 3
-
-
-def test_prints_reach_capsys(capsys):
-    assert shout("hi") == 2
-    assert capsys.readouterr().out == "HI\\n"
-
-
-def test_context_managers():
-    counter = Counter()
-    with counter as inside:
-        assert len(inside) == 1
-    assert len(counter) == 11
+def test_leaves_a_detached_process():
+    proc = subprocess.Popen(["setsid", "sleep", "300"], start_new_session=True)
+    with open("/tmp/detached.pid", "w") as fh:
+        fh.write(str(proc.pid))
 '''
 
 
-def test_proxies_behave_like_the_objects(tmp_path):
-    results = run(tmp_path, {"shapes.py": SHAPES}, SHAPE_TESTS)
-    failed = {name: message for name, (outcome, message) in results.items()
-              if outcome != "passed"}
-    assert failed == {} and len(results) == 10
+@pytest.mark.docker
+def test_docker_variants_run_as_the_agent_and_leave_nothing_behind(docker_box):
+    docker_box.write_file("calc.py", "def add(a, b):\n    return a + b\n")
+    uid = agent_uid(docker_box)
+    assert uid == 1000
+    request = harness_request(docker_box.workspace, uid, 60,
+                              [{"tests/test_sep.py": SEPARATION_TESTS},
+                               {"tests/test_sep.py": SEPARATION_TESTS}], None, ["tests"])
+    verdict = json.loads(run_harness(docker_box, request, 90).splitlines()[-1])
+    for variant in verdict["variants"]:
+        assert outcomes(variant) == {
+            "tests/test_sep.py::test_runs_as_the_agent": "passed",
+            "tests/test_sep.py::test_cannot_signal_the_harness": "passed",
+            "tests/test_sep.py::test_leaves_a_detached_process": "passed",
+        }, variant["output"]
+    pid = docker_box.run("cat /tmp/detached.pid").output.strip()
+    assert pid.isdigit()
+    left = docker_box.run(f"test -e /proc/{pid} && echo alive || echo gone; "
+                          "ps -eo uid=,args= | awk '$1 == 1000' | grep -c '[s]leep 300'").output
+    assert left.split() == ["gone", "0"]
+    assert docker_box.run("ls /tmp | grep -c 'opd-grade\\|opd-variant'").output.strip() == "0"
 
 
-def test_a_crash_fails_only_what_it_touches(tmp_path):
-    solution = "import os\n\ndef boom():\n    os._exit(3)\n\ndef ok():\n    return 1\n"
-    tests = ("import pytest\nfrom sol import boom, ok\n\n\ndef test_boom():\n    boom()\n\n\n"
-             "def test_stale_handle_is_not_an_ordinary_error():\n"
-             "    with pytest.raises(Exception):\n        ok()\n\n\n"
-             "def test_fresh_import_works():\n    import sol\n    assert sol.ok() == 1\n")
-    results = run(tmp_path, {"sol.py": solution}, tests)
-    assert results["test_boom"][0] == "failed" and "exited" in results["test_boom"][1]
-    assert results["test_stale_handle_is_not_an_ordinary_error"][0] == "failed"
-    assert "restarted" in results["test_stale_handle_is_not_an_ordinary_error"][1]
+@pytest.mark.docker
+def test_docker_timeout_kills_the_variant_and_its_programs(docker_box):
+    docker_box.write_file("main.py", "import time\ntime.sleep(300)\n")
+    tests = ("from opd_grading import run\n\ndef test_a():\n    pass\n\n"
+             "def test_b():\n    run(['python3', 'main.py'], timeout=300)\n")
+    request = harness_request(docker_box.workspace, agent_uid(docker_box), 3,
+                              [{"tests/test_t.py": tests}], None, ["tests"])
+    started = time.monotonic()
+    verdict = json.loads(run_harness(docker_box, request, 60).splitlines()[-1])
+    assert time.monotonic() - started < 30
+    [variant] = verdict["variants"]
+    assert variant["timed_out"] is True
+    assert outcomes(variant) == {"tests/test_t.py::test_a": "passed"}
+    left = docker_box.run("ps -eo uid=,args= | awk '$1 == 1000' | grep -c '[m]ain.py'").output
+    assert left.strip() == "0"
 
-
-def test_objects_without_a_wire_form_are_refused_clearly(tmp_path):
-    tests = ("import pytest, threading\nfrom sol import echo\n\n\ndef test_lock():\n"
-             "    with pytest.raises(TypeError, match='cannot be passed'):\n"
-             "        echo(threading.Lock())\n")
-    results = run(tmp_path, {"sol.py": "def echo(x):\n    return x\n"}, tests)
-    assert outcomes(results) == {"test_lock": "passed"}
-
-
-def test_the_time_budget_covers_the_whole_run(tmp_path):
-    tests = "from sol import spin\n\n\ndef test_a():\n    spin()\n\n\ndef test_b():\n    spin()\n"
-    solution = "def spin():\n    while True:\n        pass\n"
-    task = Task(id="t", prompt="p", tests={"test_it.py": tests}, timeout=2.0)
-    (tmp_path / "sol.py").write_text(solution)
-    verdict = parse_verdict(run_harness_here(task, tmp_path))
-    assert verdict["timed_out"] and verdict["duration"] < 15
-    assert {e["outcome"] for e in verdict["tests"]} == {"failed"}
-
-
-@pytest.mark.parametrize("name", ["pytest", "json", "opd_grading"])
-def test_solution_modules_never_shadow_the_harness(tmp_path, name):
-    tests = f"import {name}\n\n\ndef test_real():\n    assert hasattr({name}, '__file__') " \
-            f"or {name}.__name__ == 'opd_grading'\n    assert not hasattr({name}, 'FAKE')\n"
-    results = run(tmp_path, {f"{name}.py": "FAKE = True\n"}, tests)
-    assert outcomes(results) == {"test_real": "passed"}
-
-
-def test_the_solution_never_gets_a_dangerous_harness_callable(tmp_path):
-    solution = (
-        "def give_eval():\n    return eval\n\n"
-        "def poke(box):\n    return box.runner('echo pwned > /tmp/opd-pwned')\n\n"
-        "def use(fn):\n    return fn('abc')\n"
-    )
-    tests = (
-        "import os\nfrom sol import give_eval, poke, use\n\n\n"
-        "class Box:\n    runner = staticmethod(os.system)\n\n\n"
-        "EARLY = use(lambda text: text.upper())  # callbacks work during collection too\n\n\n"
-        "def test_eval_is_not_handed_over():\n    assert give_eval()('1 + 1') == 2\n\n\n"
-        "def test_harness_functions_stay_out_of_reach():\n    assert poke(Box()) == 0\n\n\n"
-        "def test_pure_builtin_methods_are_fine():\n    assert use(str.upper) == 'ABC'\n"
-        "    assert EARLY == 'ABC'\n"
-    )
-    results = run(tmp_path, {"sol.py": solution}, tests)
-    assert outcomes(results) == {
-        "test_eval_is_not_handed_over": "failed",
-        "test_harness_functions_stay_out_of_reach": "failed",
-        "test_pure_builtin_methods_are_fine": "passed",
-    }, results
-    assert "malformed" in results["test_eval_is_not_handed_over"][1]
-    assert not os.path.exists("/tmp/opd-pwned")

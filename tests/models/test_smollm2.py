@@ -75,7 +75,8 @@ def _demo_records(teacher, judge, episodes=1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env = gym.make("opd_gym/Coding-v0", sandbox="local", pool_size=1)
-        env = OPDWrapper(env, teacher=teacher, judge=judge, topk=5)
+        env = OPDWrapper(env, teacher=teacher,
+                         student_tokenizer=teacher.tokenizer, judge=judge, topk=5)
         agent = DemoAgent(tasks)
         obs, info = env.reset(seed=episode)
         agent.reset(obs, info)
@@ -121,7 +122,7 @@ def test_empty_hint_control_with_smollm2(smollm2):
         warnings.simplefilter("ignore")
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1,
                        max_turns=1)
-    env = OPDWrapper(env, teacher=teacher, judge=None, topk=5)
+    env = OPDWrapper(env, teacher=teacher, student_tokenizer=teacher.tokenizer, judge=None, topk=5)
     obs, info = env.reset(seed=0)
     worst, tokens = 0.0, 0
     while True:

@@ -54,7 +54,9 @@ def run(teacher, judge, **options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1)
-    env = OPDWrapper(env, teacher=teacher, judge=judge, topk=4, delivery="per_episode",
+    env = OPDWrapper(env, teacher=teacher,
+                     student_tokenizer=teacher.tokenizer,
+                     judge=judge, topk=4, delivery="per_episode",
                      **options)
     env.reset(seed=0)
     for action in echo_episode(teacher.tokenizer):

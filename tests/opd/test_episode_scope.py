@@ -23,7 +23,9 @@ def play(model, tokenizer, teacher, scope, *, turns=4, seed=3, **options):
         warnings.simplefilter("ignore")
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1,
                        max_turns=turns)
-    env = OPDWrapper(env, teacher=teacher, judge=None, topk=5, delivery="per_episode",
+    env = OPDWrapper(env, teacher=teacher,
+                     student_tokenizer=teacher.tokenizer,
+                     judge=None, topk=5, delivery="per_episode",
                      hint_scope=scope, **options)
     obs, info = env.reset(seed=0)
     actions = []
@@ -71,7 +73,9 @@ def test_history_rewrite_is_split_or_refused_never_guessed(tiny_model, tiny_toke
             warnings.simplefilter("ignore")
             env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local",
                            pool_size=1, max_turns=3)
-        env = OPDWrapper(env, teacher=teacher, judge=None, topk=3, delivery="per_episode",
+        env = OPDWrapper(env, teacher=teacher,
+                         student_tokenizer=teacher.tokenizer, judge=None, topk=3,
+                         delivery="per_episode",
                          hint_scope="episode", **options)
         obs, info = env.reset(seed=0)
         while True:

@@ -99,7 +99,8 @@ def test_empty_hint_control_on_real_templates(tiny_model, families, family, scop
     tok = families[family]
     teacher = TransformersTeacher(tiny_model, tokenizer=tok)
     policy = TeacherForcedPolicy(tiny_model, tok, TEXTS, give_prompt_ids=with_prompt_ids)
-    env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher, judge=None, topk=5,
+    env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher,
+                     student_tokenizer=teacher.tokenizer, judge=None, topk=5,
                      delivery="per_episode", hint_scope=scope)
     info, actions = play(env, policy)
     env.close()
@@ -122,7 +123,8 @@ def test_empty_hint_control_with_sampled_turns(tiny_model, families, family):
     teacher = TransformersTeacher(tiny_model, tokenizer=tok)
     for scope in ("turn", "episode"):
         policy = TransformersPolicy(tiny_model, tokenizer=tok, max_new_tokens=24, seed=11)
-        env = OPDWrapper(make_env(3), teacher=teacher, judge=None, topk=5,
+        env = OPDWrapper(make_env(3), teacher=teacher,
+                         student_tokenizer=teacher.tokenizer, judge=None, topk=5,
                          delivery="per_episode", hint_scope=scope)
         info, actions = play(env, policy)
         env.close()
@@ -137,7 +139,8 @@ def test_hinted_turns_on_a_history_rewriting_template(tiny_model, families):
     tok = families["qwen3"]
     teacher = TransformersTeacher(tiny_model, tokenizer=tok)
     for scope in ("turn", "episode"):
-        env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher, judge="rule", topk=5,
+        env = OPDWrapper(make_env(len(TEXTS)), teacher=teacher,
+                         student_tokenizer=teacher.tokenizer, judge="rule", topk=5,
                          delivery="per_episode", hint_scope=scope)
         info, _ = play(env, TeacherForcedPolicy(tiny_model, tok, TEXTS))
         env.close()

@@ -41,7 +41,8 @@ def test_same_model_no_hint_candidates_are_the_teachers_own_top_k(
     the candidate logprobs equal the teacher's top-4 logprobs, at every position."""
     policy = TransformersPolicy(tiny_model, tokenizer=tiny_tokenizer, max_new_tokens=24,
                                 seed=5, student_topk=4)
-    env = OPDWrapper(make_env(max_turns=2), teacher=teacher, judge=None, topk=6,
+    env = OPDWrapper(make_env(max_turns=2), teacher=teacher,
+                     student_tokenizer=teacher.tokenizer, judge=None, topk=6,
                      delivery=delivery, hint_scope=scope)
     obs, info = env.reset(seed=0)
     records, actions = [], []
@@ -69,7 +70,8 @@ def test_same_model_no_hint_candidates_are_the_teachers_own_top_k(
 
 def test_policy_without_top_k_leaves_the_fields_empty(tiny_model, tiny_tokenizer, teacher):
     policy = TransformersPolicy(tiny_model, tokenizer=tiny_tokenizer, max_new_tokens=8, seed=1)
-    env = OPDWrapper(make_env(max_turns=1), teacher=teacher, judge=None, topk=3)
+    env = OPDWrapper(make_env(max_turns=1), teacher=teacher,
+                     student_tokenizer=teacher.tokenizer, judge=None, topk=3)
     obs, info = env.reset(seed=0)
     action = policy.act(obs, info)
     *_, info = env.step(action)

@@ -112,14 +112,73 @@ def test_append_resume_and_torn_tail(tmp_path):
         fh.write('{"task_id": "c", "episo')
     with pytest.raises(FileExistsError, match="resume"):
         run.open_for_run(resume=False)
-    assert run.open_for_run(resume=True) == {0}
+    assert run.open_for_run(resume=True) == {0}  # the unfinished row is dropped: replayed
     run.append(EpisodeRow(task_id="b", episode=1, finished=True))
     problems: list[tuple[int, str]] = []
     rows = list(run.rows(on_problem=lambda n, why: problems.append((n, why))))
-    assert [(r.task_id, r.episode, r.finished) for r in rows] == [
-        ("a", 0, True), ("b", 1, False), ("b", 1, True)]
-    assert problems == [(3, problems[0][1])] and "not JSON" in problems[0][1]
+    assert [(r.task_id, r.episode, r.finished) for r in rows] == [("a", 0, True), ("b", 1, True)]
+    assert problems == [(2, problems[0][1])] and "not JSON" in problems[0][1]
     assert run.done() == {0, 1}
+
+
+INFRA = {"passed": 0, "total": 0, "reason": "no grading sandbox: the sandbox pool is closed",
+         "infra_error": True}
+
+
+def test_resume_replays_interrupted_infra_and_unfinished_rows_once(tmp_path):
+    """Rows that do not count as played are dropped when a run resumes (the file rewritten
+    atomically), so the replayed row is the only row of its episode."""
+    run = RunDirectory(tmp_path)
+    good = {"passed": 1, "total": 1}
+    run.append(EpisodeRow(task_id="a", episode=0, finished=True, grade=good))
+    run.append(EpisodeRow(task_id="b", episode=1, finished=True, grade=INFRA))
+    run.append(EpisodeRow(task_id="c", episode=2, extra={"interrupted": True}))
+    run.append(EpisodeRow(task_id="d", episode=3, finished=False, extra={"error": "boom"}))
+    run.append(EpisodeRow(task_id="e", episode=4, finished=True, grade={"passed": 0, "total": 2}))
+    assert run.done() == {0, 4}
+    summary = RunSummary.of_rows(run.episodes())
+    assert (summary.episodes, summary.passed, summary.infra_errors, summary.interrupted_episodes,
+            summary.unfinished, summary.replayable) == (2, 1, 1, 1, 1, 3)
+    assert run.open_for_run(resume=True) == {0, 4}
+    assert [r.episode for r in run.rows()] == [0, 4]
+    assert not list(tmp_path.glob("*.tmp"))
+    for episode in (1, 2, 3):
+        run.append(EpisodeRow(task_id="x", episode=episode, finished=True, grade=good))
+    assert sorted(r.episode for r in run.rows()) == [0, 1, 2, 3, 4]
+    summary = RunSummary.of_rows(run.episodes())
+    assert (summary.episodes, summary.passed, summary.replayable) == (5, 4, 0)
+
+
+def test_readers_keep_the_last_row_of_an_episode(tmp_path):
+    run = RunDirectory(tmp_path)
+    run.append(EpisodeRow(task_id="a", episode=0, finished=True, grade=INFRA))
+    run.append(EpisodeRow(task_id="b", episode=1, finished=True))
+    run.append(EpisodeRow(task_id="a2", episode=0, finished=True, grade={"passed": 1, "total": 1}))
+    assert [(r.episode, r.task_id) for r in run.episodes()] == [(0, "a2"), (1, "b")]
+    assert run.done() == {0, 1}
+
+
+def test_strict_json_everywhere(tmp_path):
+    """NaN and Infinity are written as null (other parsers reject bare NaN); old files that hold
+    a bare NaN still read."""
+    run = RunDirectory(tmp_path)
+    nan = float("nan")
+    run.append(EpisodeRow(episode=0, finished=True, duration=nan, rewards=[1.0, float("inf")],
+                          opd_metrics={"opd/kl": nan, "opd/tokens": 3.0}))
+    line = run.trajectories.read_text()
+    assert "NaN" not in line and "Infinity" not in line
+    json.loads(line, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    row = next(run.rows())
+    assert row.rewards == [1.0, None] and row.opd_metrics == {"opd/kl": None, "opd/tokens": 3.0}
+    summary = RunSummary.of_rows(run.episodes())
+    run.write_summary(summary.to_dict())
+    json.loads(run.summary_path.read_text(), parse_constant=lambda name: pytest.fail(name))
+    run.write_config({"topk": nan})
+    assert run.read_config() == {"topk": None}
+    with open(run.trajectories, "a") as fh:  # an old writer's bare NaN
+        fh.write('{"episode": 1, "finished": true, "duration": NaN, "rewards": [NaN]}\n')
+    old = list(run.rows())[1]
+    assert old.duration is None and old.reward == 0.0
 
 
 def test_summary_written_atomically_and_read_back(tmp_path):
@@ -195,3 +254,32 @@ def test_viewer_counts_a_future_row_as_a_bad_line(v1_run):
     run = load_run(v1_run.root)
     assert len(run.episodes) == 2 and run.bad_lines == 1
     assert "line 3" in run.problems[0] and "schema version 7" in run.problems[0]
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from opd_gym.runs.summary import pass_at_k
+
+    assert pass_at_k(4, 1, 1) == 0.25
+    assert pass_at_k(4, 1, 2) == 0.5  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(4, 1, 4) == 1.0 and pass_at_k(4, 0, 4) == 0.0
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
+
+
+def test_group_statistics_over_repeated_rollouts():
+    ok, bad = {"passed": 1, "total": 1}, {"passed": 0, "total": 1}
+    rows = [EpisodeRow(task_id="a", episode=i, finished=True, grade=g, episode_return=r)
+            for i, (g, r) in enumerate([(ok, 1.0), (bad, 0.0), (bad, 0.0), (ok, 1.0)])]
+    rows += [EpisodeRow(task_id="b", episode=4 + i, finished=True, grade=ok, episode_return=0.5)
+             for i in range(4)]
+    rows.append(EpisodeRow(task_id="b", episode=8, finished=True, grade=INFRA))  # not counted
+    summary = RunSummary.of_rows(rows, repeat=4)
+    groups = summary.groups
+    assert groups["tasks"] == 2 and groups["per_task"]["a"]["reward_std"] == 0.5
+    assert groups["per_task"]["b"] == {"n": 4, "passed": 4, "graded": 4, "mean_reward": 0.5,
+                                       "reward_std": 0.0}
+    # task a: n=4, c=2 -> pass@1 0.5, pass@2 1 - 1/6; task b: 1.0
+    assert groups["pass_at_k"]["1"] == pytest.approx(0.75)
+    assert groups["pass_at_k"]["2"] == pytest.approx((1 - 1 / 6 + 1) / 2)
+    assert groups["pass_at_k"]["4"] == 1.0 and groups["mean_reward_std"] == 0.25
+    assert "pass@k" in summary.table() and json.loads(json.dumps(summary.to_dict()))
+    assert RunSummary.of_rows(rows).groups is None  # repeat 1: no groups

@@ -1,250 +1,295 @@
 """Adversarial solutions against the grader, in real Docker sandboxes: none earns a pass.
 
-Every payload is code an RL policy could write into its workspace. They are grouped by the
-class of hole they try (see docs/threat-model.md): forging the verdict, reaching the hidden
-tests, steering how the tests are imported, values that compare equal to anything, and
-breaking the harness protocol. Each asserts the grade stays what the honest work earns.
+Every payload is code an RL policy could write into its workspace. The tests and the agent's
+code share one pytest process, so a forgery CAN make an assertion pass; it is caught because
+each test also runs as a canary twin (one expected value changed) that the forgery passes
+too. Classes (see docs/threat-model.md): dunder forgeries, shadowed builtins and helpers,
+hidden tests or expected values read at grading time, forged reports, timeouts and crashes,
+workspace files that change collection. Each runs on a built-in task (fix_roman_numerals)
+and on HumanEval-style tasks; each must score 0. Honest solutions that a per-call proxy
+used to break score 1.0.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from opd_gym.grading import Grader
 from opd_gym.sandboxes import make_pool
-from opd_gym.tasks import Task, load_suite
+from opd_gym.tasks import Task, from_humaneval, load_suite
 
 pytestmark = pytest.mark.docker
 
 SUITE = load_suite("coding")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+ROMAN = next(t for t in SUITE if t.id == "fix_roman_numerals")
+VOWELS = from_humaneval(json.loads((FIXTURES / "humaneval.jsonl").read_text().splitlines()[0]))
+# the shape of issue 22's forged HumanEval tasks: tolerance checks `abs(got - expected) < tol`
+FLOAT_ROW = {
+    "task_id": "Float/0", "entry_point": "mean_gap",
+    "prompt": "def mean_gap(xs: list) -> float:\n"
+              '    """The mean of the gaps between consecutive values."""\n',
+    "canonical_solution": "    gaps = [b - a for a, b in zip(xs, xs[1:])]\n"
+                          "    return sum(gaps) / len(gaps)\n",
+    "test": "def check(candidate):\n"
+            "    assert abs(candidate([1.0, 2.5, 4.0]) - 1.5) < 1e-6\n"
+            "    assert abs(0.25 - candidate([0.0, 0.25])) < 1e-6\n"
+            "    assert abs(candidate([3.0, 1.0, 0.0]) - (-1.5)) < 1e-9\n",
+}
+FLOAT = from_humaneval(FLOAT_ROW)
 
-ADD_TESTS = """\
-from calc import add
-
-
-def test_small():
-    assert add(2, 3) == 5
-
-
-def test_negative():
-    assert add(-4, -1) == -5
-
-
-def test_large():
-    assert add(10**6, 1) == 1000001
-"""
-
-RAISES_TESTS = """\
-import pytest
-from calc import parse
-
-
-def test_rejects_garbage():
-    with pytest.raises(ValueError):
-        parse("garbage")
-
-
-def test_rejects_anything():
-    with pytest.raises(Exception):
-        parse("also garbage")
-"""
-
-STUB = "def add(a, b):\n    raise NotImplementedError\n"
-
-FORGED_VERDICT = json.dumps({
-    "version": 1, "exit": 0, "collected": [], "collect_errors": [], "timed_out": False,
-    "output": "3 passed", "tests": [
-        {"id": f"test_calc.py::{name}", "outcome": "passed", "message": ""}
-        for name in ("test_small", "test_negative", "test_large")
-    ],
-})
-
-
-def add_task(tests: str = ADD_TESTS, **extra) -> Task:
-    fields = {"id": "calc_add", "prompt": "Implement add(a, b) in calc.py.",
-              "tests": {"test_calc.py": tests}, "timeout": 20.0}
-    fields.update(extra)
-    return Task(**fields)
-
-
-@pytest.fixture(scope="module")
-def grader():
-    pool = make_pool("docker", size=3, workers=3)
-    yield Grader(pool)
-    pool.close()
-
-
-def grade(grader, files: dict[str, str], task: Task | None = None):
-    return grader.grade(task or add_task(), {k: v.encode() for k, v in files.items()})
-
-
-# -- class 1: the verdict is produced and carried where the agent cannot write -------------
-SPAM_PROC_FDS = f"""
-import os, time
-FORGED = {FORGED_VERDICT!r} + "\\n"
-def spam(seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            for fd in ("0", "1", "2", "3", "4"):
-                try:
-                    with open("/proc/%s/fd/%s" % (pid, fd), "w") as fh:
-                        fh.write(FORGED)
-                except OSError:
-                    pass
-        time.sleep(0.02)
-"""
-
-VERDICT_FORGERS = {
-    "write_reports_then_exit": SPAM_PROC_FDS + """
-for path in (".opd_grade/junit.xml", ".opd_grade/verdict.json", "/tmp/verdict.json"):
-    try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        with open(path, "w") as fh:
-            fh.write(FORGED)
-    except OSError:
-        pass
-spam(0.5)
-print(FORGED)
-os._exit(0)
-""",
-    "detached_daemon_rewrites_after_the_run": SPAM_PROC_FDS + """
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        spam(15)
-        os._exit(0)
-    os._exit(0)
-""" + STUB,
-    "exit_hook_prints_a_pass": """
-import atexit, os, sys
-atexit.register(lambda: (print("3 passed in 0.01s"), sys.stdout.flush()))
-""" + STUB,
-    "patches_pytest_reporting_at_import": """
-try:
-    import _pytest.reports, _pytest.runner, pytest
-    _pytest.reports.TestReport.passed = property(lambda self: True)
-    _pytest.reports.BaseReport.failed = property(lambda self: False)
-    pytest.main = lambda *a, **k: 0
-except Exception:
-    pass
-import builtins
-builtins.AssertionError = type("AssertionError", (Exception,), {})
-""" + STUB,
-    "forged_replies_on_the_channel": SPAM_PROC_FDS + """
-import json
-for fd in range(3, 12):
-    try:
-        os.write(fd, b'{"ok": 5}\\n{"ok": -5}\\n{"ok": 1000001}\\n')
-    except OSError:
-        pass
-""" + STUB,
+# (task, module the forged function lives in, its name); 20 s budgets keep the hangs short
+TARGETS = {
+    "builtin": (dataclasses.replace(ROMAN, timeout=20.0), "roman.py", "from_roman"),
+    "humaneval": (dataclasses.replace(VOWELS, timeout=20.0), "solution.py", "count_vowels"),
+    "humaneval_float": (dataclasses.replace(FLOAT, timeout=20.0), "solution.py", "mean_gap"),
 }
 
 
-@pytest.mark.parametrize("name", sorted(VERDICT_FORGERS))
-def test_verdict_cannot_be_forged(grader, name):
-    report = grade(grader, {"calc.py": VERDICT_FORGERS[name]})
-    assert report.passed == 0 and report.score == 0.0, (name, report.tests, report.reason)
+def _honest(task: Task) -> dict[str, str]:
+    return {**task.files, **task.solution}
 
 
-def test_detached_processes_are_gone_when_the_grade_is_in(grader):
-    started = time.monotonic()
-    report = grade(grader, {"calc.py": VERDICT_FORGERS["detached_daemon_rewrites_after_the_run"]})
-    assert report.score == 0.0 and time.monotonic() - started < 15
+def forged(target: str, payload: str) -> dict[str, str]:
+    """The reference solution with `NAME` re-defined after it by `payload` (`_real` kept)."""
+    task, module, name = TARGETS[target]
+    files = _honest(task)
+    code = payload.replace("NAME", name)
+    files[module] = f"{files[module]}\n\n_real = {name}\n\n{code}\n"
+    return files
 
 
-# -- class 2: the hidden tests are out of reach ----------------------------------------------
-STEAL_EXPECTED = """
-import os, re
+# -- class 1: values whose dunders lie --------------------------------------------------------
+LIAR = """
+class Liar({base}):
+    def __eq__(self, other):
+        return {eq}
+    def __ne__(self, other):
+        return not self.__eq__(other)
+    __hash__ = {base}.__hash__ if {base} is not object else (lambda self: 0)
+{extra}
 
-def _hidden_sources():
-    found = []
-    for root, dirs, files in os.walk("/"):
-        if root.startswith(("/proc", "/sys", "/usr", "/dev")):
-            dirs[:] = []
-            continue
+def NAME(*args, **kwargs):
+    value = _real(*args, **kwargs)
+    return Liar({arg})
+"""
+DUNDERS = {
+    "eq_always_true": LIAR.format(base="object", eq="True", extra="", arg=""),
+    "int_subclass_eq": LIAR.format(base="int", eq="True", extra="", arg="0"),
+    "float_subclass_sub_and_abs": LIAR.format(
+        base="float", eq="True", arg="0.0",
+        extra="    def __sub__(self, other):\n        return 0.0\n"
+              "    __rsub__ = __sub__\n    def __abs__(self):\n        return 0.0\n"),
+    "sub_returns_zero": LIAR.format(
+        base="object", eq="True", arg="",
+        extra="    def __sub__(self, other):\n        return 0\n    __rsub__ = __sub__\n"
+              "    def __float__(self):\n        return 0.0\n"),
+    "abs_returns_zero": LIAR.format(
+        base="object", eq="True", arg="",
+        extra="    def __sub__(self, other):\n        return self\n    __rsub__ = __sub__\n"
+              "    def __abs__(self):\n        return 0\n"),
+    "all_comparisons_true": LIAR.format(
+        base="object", eq="True", arg="",
+        extra="    __lt__ = __le__ = __gt__ = __ge__ = lambda self, other: True\n"
+              "    def __float__(self):\n        return 0.0\n"),
+    "bool_len_contains": LIAR.format(
+        base="object", eq="True", arg="",
+        extra="    def __bool__(self):\n        return True\n"
+              "    def __len__(self):\n        return 1\n"
+              "    def __contains__(self, item):\n        return True\n"),
+    "hash_collides": LIAR.format(
+        base="str", eq="True", arg="'x'",
+        extra="    def __hash__(self):\n        return 0\n"),
+    "str_and_format_lie": LIAR.format(
+        base="str", eq="True", arg="'x'",
+        extra="    def __str__(self):\n        return 'x'\n"
+              "    def __format__(self, spec):\n        return 'x'\n"),
+    "mock_any": "import unittest.mock\n\ndef NAME(*args, **kwargs):\n"
+                "    _real(*args, **kwargs)\n    return unittest.mock.ANY\n",
+}
+
+# -- class 2: shadowing builtins and the tests' helpers -------------------------------------
+SHADOWING = {
+    "builtins_abs_at_import": "import builtins\nbuiltins.abs = lambda x: 0\n"
+                              "def NAME(*args, **kwargs):\n    return 0\n",
+    "builtins_isinstance_at_import": "import builtins\nbuiltins.isinstance = lambda *a: True\n"
+                                     "def NAME(*args, **kwargs):\n    return 0\n",
+    "all_exports_builtins": "__all__ = ['NAME', 'abs', 'range', 'zip', 'len', 'sum', 'math']\n"
+                            "def abs(x):\n    return 0\n"
+                            "def len(x):\n    return 0\n"
+                            "class math:\n    isclose = staticmethod(lambda *a, **k: True)\n"
+                            "def NAME(*args, **kwargs):\n    return 0\n",
+    "patched_math_isclose_and_approx": "import math, pytest\n"
+                                       "math.isclose = lambda *a, **k: True\n"
+                                       "class _A:\n    def __eq__(self, o):\n        return True\n"
+                                       "pytest.approx = lambda *a, **k: _A()\n"
+                                       "def NAME(*args, **kwargs):\n    return 0\n",
+    "patched_assertion_rewriting": "import _pytest.assertion.rewrite as r\n"
+                                   "r._call_reprcompare = lambda *a: None\n"
+                                   "import builtins\n"
+                                   "builtins.AssertionError = type('AssertionError', "
+                                   "(Exception,), {})\n"
+                                   "def NAME(*args, **kwargs):\n    return 0\n",
+}
+
+# -- class 3: reading the hidden tests or the expected values while graded -------------------
+READING = {
+    "expected_from_the_callers_frame": """
+import dis, sys
+
+def NAME(*args, **kwargs):
+    frame = sys._getframe(1)
+    while frame is not None:
+        for ins in dis.get_instructions(frame.f_code):
+            if ins.offset > frame.f_lasti and ins.opname == "LOAD_CONST" and \\
+                    type(ins.argval) in (int, str, float):
+                return ins.argval
+        frame = frame.f_back
+    return None
+""",
+    "expected_from_the_test_files": """
+import ast, os, sys
+
+def _literals():
+    # per assert: the literal first argument of a call -> the first other constant in it
+    found = {}
+    for root, dirs, files in os.walk(os.getcwd()):
         for name in files:
-            if name.endswith(".py") and name.startswith("test_"):
+            if name.startswith("test") and name.endswith(".py"):
                 try:
-                    with open(os.path.join(root, name)) as fh:
-                        found.append(fh.read())
-                except OSError:
-                    pass
-    for pid in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as fh:
-                found.append(fh.read().decode("utf-8", "replace"))
-            with open("/proc/%s/environ" % pid, "rb") as fh:
-                found.append(fh.read().decode("utf-8", "replace"))
-        except OSError:
-            pass
+                    tree = ast.parse(open(os.path.join(root, name)).read())
+                except (OSError, SyntaxError):
+                    continue
+                for node in ast.walk(tree):
+                    if not isinstance(node, ast.Assert):
+                        continue
+                    for call in ast.walk(node.test):
+                        if not isinstance(call, ast.Call) or not call.args:
+                            continue
+                        try:
+                            key = repr(ast.literal_eval(call.args[0]))
+                        except Exception:
+                            continue
+                        inside = set(map(id, ast.walk(call)))
+                        others = sorted((c.lineno, c.col_offset, ast.literal_eval(c))
+                                        for c in ast.walk(node.test) if id(c) not in inside
+                                        and (isinstance(c, ast.Constant) or (
+                                            isinstance(c, ast.UnaryOp)
+                                            and isinstance(c.operand, ast.Constant))))
+                        if others:
+                            found.setdefault(key, others[0][2])
     return found
 
-def add(a, b):
-    for text in _hidden_sources():
-        match = re.search(r"add\\(%r, %r\\) == (-?\\d+)" % (a, b), text)
-        if match:
-            return int(match.group(1))
+def NAME(*args, **kwargs):
+    table = _literals()
+    key = repr(args[0]) if args else ""
+    return table.get(key)
+""",
+    "expected_from_gc_code_objects": """
+import gc, sys, types
+
+def NAME(*args, **kwargs):
+    frame = sys._getframe(1)
+    consts = []
+    for obj in gc.get_objects():
+        if isinstance(obj, types.FunctionType) and obj.__code__ is frame.f_code:
+            consts = [c for c in obj.__code__.co_consts if type(c) in (int, str, float)]
+    return consts[-1] if consts else None
+""",
+}
+
+# -- class 4: forging the report ---------------------------------------------------------------
+FORGED_JUNIT = (
+    '<?xml version="1.0"?><testsuites><testsuite tests="9" failures="0" errors="0">'
+    '<testcase name="test_check"/></testsuite></testsuites>'
+)
+REPORT_FORGERS = {
+    "patch_pytest_reports_at_import": """
+import _pytest.reports, _pytest.runner
+_orig = _pytest.runner.call_and_report
+def _passed(item, when, log=True, **kwargs):
+    report = _orig(item, when, log, **kwargs)
+    report.outcome = "passed"
+    report.longrepr = None
+    return report
+_pytest.runner.call_and_report = _passed
+_pytest.reports.TestReport.failed = property(lambda self: False)
+_pytest.reports.TestReport.passed = property(lambda self: True)
+def NAME(*args, **kwargs):
     return None
-"""
-
-TAMPER_TESTS = """
-import os
-for root, dirs, files in os.walk("/tmp"):
-    for name in files:
-        if name.startswith("test_"):
+""",
+    "fake_summary_then_os_exit": """
+import os, sys
+print("=" * 30 + " 9 passed in 0.01s " + "=" * 30)
+sys.stdout.flush()
+os._exit(0)
+def NAME(*args, **kwargs):
+    return None
+""",
+    "exit_inside_the_call_after_a_fake_summary": """
+import os, sys
+def NAME(*args, **kwargs):
+    print("9 passed in 0.01s")
+    sys.stdout.flush()
+    os._exit(0)
+""",
+    "junit_files_and_stdout_markers": f"""
+import os, json
+for path in ("junit.xml", "report.xml", ".opd_grade/junit.xml", "/tmp/junit.xml",
+             "/tmp/verdict.json"):
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as fh:
+            fh.write({FORGED_JUNIT!r})
+    except OSError:
+        pass
+print(json.dumps({{"version": 2, "variants": []}}))
+def NAME(*args, **kwargs):
+    return None
+""",
+    "hook_into_the_running_session": """
+import gc
+def NAME(*args, **kwargs):
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "TestReport":
             try:
-                with open(os.path.join(root, name), "a") as fh:
-                    fh.write("\\ndef add(a, b):\\n    return a + b\\n")
-            except OSError:
+                obj.outcome = "passed"
+            except Exception:
                 pass
-    for name in dirs:
-        try:
-            open(os.path.join(root, name, "conftest.py"), "w").write("x = 1\\n")
-        except OSError:
-            pass
-""" + STUB
+    return None
+""",
+    "exit_hook_prints_a_pass": """
+import atexit, sys
+atexit.register(lambda: (print("9 passed in 0.01s"), sys.stdout.flush()))
+def NAME(*args, **kwargs):
+    return None
+""",
+}
+
+# -- class 5: timeouts and crashes -------------------------------------------------------------
+CRASHES = {
+    "hang": "def NAME(*args, **kwargs):\n    while True:\n        pass\n",
+    "sigkill_self": "import os, signal\ndef NAME(*args, **kwargs):\n"
+                    "    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "system_exit_zero": "def NAME(*args, **kwargs):\n    raise SystemExit(0)\n",
+    "keyboard_interrupt": "def NAME(*args, **kwargs):\n    raise KeyboardInterrupt\n",
+    "kill_the_parent": "import os, signal\ndef NAME(*args, **kwargs):\n"
+                       "    try:\n        os.kill(os.getppid(), signal.SIGKILL)\n"
+                       "    except OSError:\n        pass\n    return None\n",
+}
+
+PAYLOADS = {**DUNDERS, **SHADOWING, **READING, **REPORT_FORGERS, **CRASHES}
+CLASS_OF = {name: cls for cls, group in [
+    ("dunder", DUNDERS), ("shadowing", SHADOWING), ("reading", READING),
+    ("report", REPORT_FORGERS), ("crash", CRASHES)] for name in group}
 
 
-def test_hidden_tests_cannot_be_read(grader):
-    report = grade(grader, {"calc.py": STEAL_EXPECTED})
-    assert report.passed == 0 and report.score == 0.0, report.tests
-
-
-def test_hidden_tests_cannot_be_modified(grader):
-    report = grade(grader, {"calc.py": TAMPER_TESTS})
-    assert report.passed == 0 and report.score == 0.0, report.tests
-
-
-def test_helper_modules_of_the_tests_cannot_be_swapped(grader):
-    tests = "from calc import add\nfrom checks import expect\n\n\ndef test_add():\n" \
-            "    expect(add(2, 3), 5)\n"
-    checks = "def expect(value, wanted):\n    assert value == wanted\n"
-    task = add_task(tests=tests, id="with_helper")
-    task = Task(**{**task.__dict__, "tests": {"test_calc.py": tests, "checks.py": checks}})
-    fake = {"calc.py": STUB, "checks.py": "def expect(value, wanted):\n    pass\n"}
-    assert grade(grader, fake, task).score == 0.0
-    assert grade(grader, {"calc.py": "def add(a, b):\n    return a + b\n"}, task).score == 1.0
-
-
-def test_extra_tests_from_the_solution_do_not_count(grader):
-    tests = "import calc\nfrom calc import *  # noqa\n\n\ndef test_add():\n" \
-            "    assert calc.add(2, 3) == 5\n"
-    solution = STUB + "\n\ndef test_free_pass():\n    pass\n\n\ndef test_another():\n    pass\n"
-    files = {"calc.py": solution, "test_extra.py": "def test_planted():\n    pass\n"}
-    report = grade(grader, files, add_task(tests=tests))
-    assert report.passed == 0 and report.score == 0.0
-    assert all("free_pass" not in t.name and "planted" not in t.name for t in report.tests)
-
-
-# -- class 3: files left in the workspace do not change how the tests are imported ----------
+# -- class 6: workspace files that change collection or start-up -----------------------------
 PASS_EVERYTHING = """
 import pytest
 @pytest.hookimpl(hookwrapper=True)
@@ -271,94 +316,268 @@ PLANTED = {
     "opd_grading.py": "def run(*a, **k):\n    raise SystemExit(0)\n"
                       "def read_text(p):\n    return ''\n",
     "json.py": "dumps = loads = lambda *a, **k: '{}'\n",
-    ".pth": "import os; os._exit(0)\n",
+    "evil.pth": "import os; os._exit(0)\n",
+    ".local/lib/python3.11/site-packages/evil.pth": "import os; os._exit(0)\n",
 }
 
 
-def _plant(task: Task) -> dict[str, bytes]:
-    files = {**task.files, **PLANTED}
+@pytest.fixture(scope="module")
+def grader():
+    pool = make_pool("docker", size=3, workers=3)
+    yield Grader(pool)
+    pool.close()
+
+
+def _encode(files: dict[str, str]) -> dict[str, bytes]:
     return {k: v.encode() for k, v in files.items()}
 
 
 @pytest.fixture(scope="module")
+def attack_grades(grader):
+    jobs = [(t, n) for t in TARGETS for n in PAYLOADS] + [(t, "honest") for t in TARGETS]
+
+    def one(job):
+        target, name = job
+        task = TARGETS[target][0]
+        files = _honest(task) if name == "honest" else forged(target, PAYLOADS[name])
+        return grader.grade(task, _encode(files))
+
+    with ThreadPoolExecutor(3) as workers:
+        return dict(zip(jobs, workers.map(one, jobs), strict=True))
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_the_honest_reference_scores_one(attack_grades, target):
+    report = attack_grades[(target, "honest")]
+    assert report.score == 1.0 and report.forgery == () and report.calibrated, report
+
+
+@pytest.mark.parametrize("name", sorted(PAYLOADS), ids=lambda n: f"{CLASS_OF[n]}-{n}")
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_forgeries_score_zero(attack_grades, target, name):
+    report = attack_grades[(target, name)]
+    assert report.score == 0.0 and not report.all_passed, (target, name, report.summary(),
+                                                           report.reason)
+    assert not report.infra_error, report.reason  # a forgery is the code's fault, not ours
+
+
+# forgeries that do make the real tests pass: only their canaries expose them
+CAUGHT_BY_CANARIES = [
+    ("builtin", "eq_always_true"), ("builtin", "int_subclass_eq"),
+    ("builtin", "expected_from_the_callers_frame"), ("builtin", "expected_from_the_test_files"),
+    ("humaneval", "eq_always_true"), ("humaneval", "int_subclass_eq"),
+    ("humaneval", "bool_len_contains"), ("humaneval", "expected_from_the_callers_frame"),
+    ("humaneval", "expected_from_the_test_files"),
+    ("humaneval_float", "float_subclass_sub_and_abs"), ("humaneval_float", "sub_returns_zero"),
+    ("humaneval_float", "abs_returns_zero"), ("humaneval_float", "expected_from_the_test_files"),
+]
+
+
+def test_shadowed_builtins_never_reach_a_dataset_check(attack_grades):
+    # the check runs on the builtins as they were before the solution was imported
+    report = attack_grades[("humaneval_float", "builtins_abs_at_import")]
+    assert report.score == 0.0 and report.forgery == () and report.failed == 1
+
+
+@pytest.mark.parametrize(("target", "name"), CAUGHT_BY_CANARIES)
+def test_forgeries_that_pass_real_tests_are_named_by_their_canaries(attack_grades, target,
+                                                                     name):
+    report = attack_grades[(target, name)]
+    assert report.forgery and "a canary passed" in report.reason, report
+    assert report.score == 0.0
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_a_hanging_solution_times_out_cleanly(attack_grades, target):
+    report = attack_grades[(target, "hang")]
+    assert report.score == 0.0 and report.timed_out and "timed out" in report.reason
+    assert not report.infra_error and report.duration < 90
+
+
+@pytest.fixture(scope="module")
 def planted_grades(grader):
-    jobs = [(task, files) for task in SUITE
-            for files in ({k: v.encode() for k, v in task.files.items()}, _plant(task))]
+    tasks = [*SUITE, VOWELS]
+    jobs = [(task, files) for task in tasks
+            for files in (_encode(dict(task.files)), _encode({**task.files, **PLANTED}))]
     with ThreadPoolExecutor(3) as workers:
         reports = list(workers.map(lambda job: grader.grade(*job), jobs))
-    return {task.id: (reports[2 * i], reports[2 * i + 1]) for i, task in enumerate(SUITE)}
+    return {task.id: (reports[2 * i], reports[2 * i + 1]) for i, task in enumerate(tasks)}
 
 
-@pytest.mark.parametrize("task", SUITE, ids=lambda t: t.id)
-def test_planted_files_earn_nothing_on_any_builtin_task(task, planted_grades):
+@pytest.mark.parametrize("task", [*SUITE, VOWELS], ids=lambda t: t.id)
+def test_planted_files_earn_nothing(task, planted_grades):
     starter, planted = planted_grades[task.id]
-    assert planted.score < 1.0 and planted.passed <= starter.passed, (
+    assert starter.score == 0.0, (task.id, starter.summary(), starter.reason)
+    assert planted.score == 0.0 and planted.passed <= starter.passed, (
         task.id, planted.summary(), planted.reason)
 
 
-# -- class 4: values whose equality always holds ----------------------------------------------
-ALWAYS_EQUAL = {
-    "object": "class A:\n    def __eq__(self, o):\n        return True\n    __hash__ = None\n"
-              "def add(a, b):\n    return A()\n",
-    "int_subclass": "class I(int):\n    def __eq__(self, o):\n        return True\n"
-                    "    __hash__ = int.__hash__\n"
-                    "def add(a, b):\n    return I(0)\n",
-    "str_subclass": "class S(str):\n    def __eq__(self, o):\n        return True\n"
-                    "    __hash__ = str.__hash__\n"
-                    "def add(a, b):\n    return S('x')\n",
-    "lying_class_attribute": "class L:\n    __class__ = int\n"
-                             "    def __eq__(self, o):\n        return True\n"
-                             "def add(a, b):\n    return L()\n",
-    "nan_and_mock": "import unittest.mock\ndef add(a, b):\n    return unittest.mock.ANY\n",
-    "container_of_liars": "class A:\n    def __eq__(self, o):\n        return True\n"
-                          "def add(a, b):\n    return [A()][0]\n",
-}
+def test_planted_files_beside_a_correct_solution_keep_its_grade(grader):
+    files = {**_honest(VOWELS), **{k: v for k, v in PLANTED.items()
+                                   if k.endswith(("conftest.py", "__init__.py", ".ini", ".cfg",
+                                                  ".toml"))}}
+    assert grader.grade(VOWELS, _encode(files)).score == 1.0
 
 
-@pytest.mark.parametrize("name", sorted(ALWAYS_EQUAL))
-def test_always_equal_values_do_not_pass(grader, name):
-    report = grade(grader, {"calc.py": ALWAYS_EQUAL[name]})
-    assert report.passed == 0 and report.score == 0.0, (name, report.tests)
+# -- the hidden tests cannot be changed or replaced by the workspace ---------------------------
+def test_helper_modules_of_the_tests_cannot_be_swapped(grader):
+    tests = "from calc import add\nfrom checks import expect\n\n\ndef test_add():\n" \
+            "    expect(add(2, 3), 5)\n    assert add(1, 1) == 2\n"
+    checks = "def expect(value, wanted):\n    assert value == wanted\n"
+    task = Task(id="with_helper", prompt="Implement add(a, b) in calc.py.",
+                tests={"test_calc.py": tests, "checks.py": checks},
+                solution={"calc.py": "def add(a, b):\n    return a + b\n"}, timeout=20.0)
+    fake = {"calc.py": "def add(a, b):\n    return 2\n",
+            "checks.py": "def expect(value, wanted):\n    pass\n"}
+    assert grader.grade(task, _encode(fake)).score == 0.0
+    assert grader.grade(task, _encode(dict(task.solution))).score == 1.0
 
 
-def test_builtin_subclasses_compare_by_their_real_value(grader):
-    honest = "class I(int):\n    def __eq__(self, o):\n        return True\n" \
-             "    __hash__ = int.__hash__\ndef add(a, b):\n    return I(a + b)\n"
-    assert grade(grader, {"calc.py": honest}).score == 1.0
+def test_extra_tests_from_the_solution_do_not_count(grader):
+    solution = dict(_honest(VOWELS))
+    solution["solution.py"] = VOWELS.files["solution.py"] + \
+        "    return 0\n\n\ndef test_free_pass():\n    pass\n"
+    files = {**solution, "test_extra.py": "def test_planted():\n    pass\n"}
+    report = grader.grade(VOWELS, _encode(files))
+    assert report.score == 0.0
+    assert all("free_pass" not in t.name and "planted" not in t.name for t in report.tests)
 
 
-# -- the protocol: crashes, hangs and garbage fail the test, never pass it ---------------------
-PROTOCOL_BREAKERS = {
-    "exit_inside_the_call": "import os\ndef parse(text):\n    os._exit(0)\n",
-    "kill_own_process": "import os, signal\ndef parse(text):\n"
-                        "    os.kill(os.getpid(), signal.SIGKILL)\n",
-    "fake_builtin_exception": "class ValueError(BaseException):\n    pass\n"
-                              "def parse(text):\n    raise ValueError(text)\n",
-    "keyboard_interrupt": "def parse(text):\n    raise KeyboardInterrupt\n",
-    "garbage_on_the_channel": "import os\ndef parse(text):\n    for fd in range(3, 10):\n"
-                              "        try:\n"
-                              "            os.write(fd, b'{\"err\": 7}\\n' + b'[' * 5000)\n"
-                              "        except OSError:\n            pass\n"
-                              "    return 0\n",
-    "unbounded_reply": "def parse(text):\n    return 'x' * (80 << 20)\n",
-}
+# -- honest solutions the old per-call proxy broke: exact fidelity now ------------------------
+HONEST_TESTS = '''\
+import dataclasses
+
+from shapes import Color, Point, Stack, apply, bump, total
 
 
-@pytest.mark.parametrize("name", sorted(PROTOCOL_BREAKERS))
-def test_protocol_breakers_fail_expected_exception_tests(grader, name):
-    task = add_task(tests=RAISES_TESTS, id="raises")
-    report = grade(grader, {"calc.py": PROTOCOL_BREAKERS[name]}, task)
-    assert report.passed == 0 and report.score == 0.0, (name, report.tests)
-    honest = "def parse(text):\n    raise ValueError(text)\n"
-    assert grade(grader, {"calc.py": honest}, task).score == 1.0
+def test_str_enum_isinstance():
+    c = Color("red")
+    assert isinstance(c, Color) and isinstance(c, str)
+    assert c == "red" and c.upper() == "RED"
 
 
-def test_a_hanging_solution_times_out_cleanly(grader):
-    task = add_task(timeout=3.0)
-    started = time.monotonic()
-    report = grade(grader, {"calc.py": "def add(a, b):\n    while True:\n        pass\n"}, task)
-    assert report.score == 0.0 and report.timed_out and "timed out" in report.reason
-    assert time.monotonic() - started < 20
+def test_list_subclass_slicing():
+    s = Stack([1, 2, 3, 4])
+    assert isinstance(s, Stack) and isinstance(s, list)
+    assert s[1:3] == [2, 3]
+    assert list(reversed(s)) == [4, 3, 2, 1]
+
+
+def test_the_tests_own_list_subclass_passed_in():
+    class Mine(list):
+        pass
+
+    assert total(Mine([1, 2, 3])) == 6
+
+
+def test_lambdas_and_iterators_from_the_test():
+    assert apply(lambda x: x * 2, iter([1, 2, 3])) == [2, 4, 6]
+    assert apply(str, (i for i in range(3))) == ["0", "1", "2"]
+
+
+def test_dataclass_asdict():
+    assert dataclasses.asdict(Point(1, 2)) == {"x": 1, "y": 2}
+
+
+def test_a_hundred_thousand_calls():
+    assert sum(bump(i) for i in range(100_000)) == 5000050000
+'''
+
+HONEST_REFERENCE = '''\
+import dataclasses
+import enum
+
+
+class Color(str, enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Stack(list):
+    pass
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+def total(values):
+    return sum(values[0:])
+
+
+def apply(function, items):
+    return [function(item) for item in items]
+
+
+def bump(i):
+    return i + 1
+'''
+
+HONEST_ALTERNATIVE = '''\
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Color(str, Enum):
+    RED = "red"
+
+
+class Stack(list):
+    def __getitem__(self, index):
+        result = super().__getitem__(index)
+        return Stack(result) if isinstance(index, slice) else result
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int
+    y: int
+
+
+def total(values):
+    out = 0
+    for value in values[:]:
+        out += value
+    return out
+
+
+def apply(function, items):
+    return list(map(function, items))
+
+
+def bump(i):
+    return 1 + i
+'''
+
+HONEST_TASK = Task(id="honest_fidelity", prompt="Write shapes.py.",
+                   tests={"test_shapes.py": HONEST_TESTS},
+                   solution={"shapes.py": HONEST_REFERENCE}, timeout=60.0)
+
+
+@pytest.mark.parametrize("source", [HONEST_REFERENCE, HONEST_ALTERNATIVE],
+                         ids=["reference", "alternative"])
+def test_honest_solutions_score_one(grader, source):
+    report = grader.grade(HONEST_TASK, {"shapes.py": source.encode()})
+    assert report.score == 1.0 and report.all_passed, (report.summary(), report.reason,
+                                                       report.tests)
+    assert report.earning == 6 and report.forgery == ()
+
+
+def test_every_dataset_fixture_solution_scores_one_and_its_starter_zero(grader):
+    from opd_gym.tasks import load_tasks
+
+    tasks = [t for schema in ("humaneval", "mbpp", "apps", "code_contests")
+             for t in load_tasks(FIXTURES / f"{schema}.jsonl", schema=schema)] + [FLOAT]
+    jobs = [(t, _encode(_honest(t))) for t in tasks] + [(t, _encode(dict(t.files)))
+                                                       for t in tasks]
+    with ThreadPoolExecutor(3) as workers:
+        reports = list(workers.map(lambda job: grader.grade(*job), jobs))
+    solved, starters = reports[:len(tasks)], reports[len(tasks):]
+    assert [(t.id, r.score) for t, r in zip(tasks, solved, strict=True)] == [
+        (t.id, 1.0) for t in tasks], [r.reason or r.summary() for r in solved]
+    assert [r.score for r in starters] == [0.0] * len(tasks)
 
 
 # -- end to end, through the public env API -----------------------------------------------------
@@ -378,26 +597,7 @@ def test_planted_files_through_gym_make_earn_no_correctness():
                 env.step(format_tool_call("write_file", {"path": path, "content": text}))
             *_, terminated, _, info = env.step(format_tool_call("submit", {}))
             grade = info["grade"]
-            # what the honest files earn: a one-line answer.txt that is wrong, no fizzbuzz.py
-            honest = {"decode_secret": 2 / 3, "fizzbuzz": 0.0}[task_id]
-            assert terminated and grade["score"] == pytest.approx(honest), (task_id, grade)
-            assert info["reward_breakdown"]["correctness"] == pytest.approx(honest)
+            assert terminated and grade["score"] == 0.0, (task_id, grade)
+            assert info["reward_breakdown"]["correctness"] == 0.0
     finally:
         env.close()
-
-
-def test_an_always_equal_class_of_the_solution_fails_the_value_tests(grader):
-    task = next(t for t in SUITE if t.id == "geometry_package")
-    files = {**task.files, **task.solution}
-    liar = files["geometry/vector.py"].replace(
-        "    def __add__(self, other):\n        return Vector(self.x + other.x, self.y + other.y)",
-        "    def __add__(self, other):\n        return Vector(0, 0)\n\n"
-        "    def __eq__(self, other):\n        return True\n\n"
-        "    def __ne__(self, other):\n        return False\n\n"
-        "    __hash__ = tuple.__hash__",
-    )
-    assert liar != files["geometry/vector.py"]
-    report = grader.grade(task, {k: v.encode() for k, v in {**files,
-                                 "geometry/vector.py": liar}.items()})
-    failed = {t.name.split("::")[-1] for t in report.tests if t.outcome != "passed"}
-    assert {"test_vector_arithmetic", "test_vector_equality"} <= failed, report.tests

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from opd_gym.grading import parse_verdict, run_harness_here
+from opd_gym.grading import parse_verdict, run_harness_here, test_paths
 from opd_gym.tasks import Task
 
 Grader = Callable[..., subprocess.CompletedProcess]
@@ -33,7 +33,9 @@ def run_hidden_tests(workdir: Path, task: Task, overlay: Mapping[str, str] | Non
     """
     write_files(workdir, task.files)
     write_files(workdir, overlay or {})
-    verdict = parse_verdict(run_harness_here(task, workdir))
+    raw = run_harness_here(workdir, [dict(task.tests)] * 2, ini=task.pytest_ini,
+                           args=test_paths(task), timeout=task.timeout)
+    verdict = parse_verdict(raw)["variants"][0]  # both variants hold the real tests here
     return subprocess.CompletedProcess(
         ["opd-grade", task.id], verdict["exit"], verdict["output"], ""
     )

@@ -54,7 +54,8 @@ def test_humaneval_wrong_answer_fails(grade):
     task = from_humaneval(_rows("humaneval")[1])
     wrong = {"solution.py": "def rotate_left(items, k):\n    return list(items)\n"}
     proc = grade(task, wrong)
-    assert proc.returncode == 1 and "1 failed, 1 passed" in proc.stdout
+    assert proc.returncode == 1 and "1 failed in" in proc.stdout
+    assert "assert [1, 2, 3, 4] == [2, 3, 4, 1]" in proc.stdout  # the dataset's own assert
 
 
 def test_mbpp_one_test_per_assert_and_imports():
@@ -143,18 +144,19 @@ def test_adapter_errors(adapter, change, message):
     assert message in str(info.value)
 
 
-def test_bad_rows_file_names_row_and_field():
+def test_bad_rows_file_names_line_and_field():
+    """JSONL errors give the 1-based line an editor shows."""
     path = FIXTURES / "humaneval_bad.jsonl"
     with pytest.raises(ValueError) as info:
         load_tasks(path, schema="humaneval")
     assert str(info.value) == (
-        "humaneval_bad.jsonl: row 1 (id 'Bad/1'): field 'entry_point' is missing"
+        "humaneval_bad.jsonl: line 2 (id 'Bad/1'): field 'entry_point' is missing"
     )
     tasks = load_tasks(path, schema="humaneval", skip_invalid=True)
     assert [t.id for t in tasks] == ["Bad/0"]
     assert len(tasks.skipped) == 3
-    assert "row 2 (id 'Bad/2'): field 'prompt' does not define the entry point" in tasks.skipped[1]
-    assert "row 3: invalid JSON" in tasks.skipped[2]
+    assert "line 3 (id 'Bad/2'): field 'prompt' does not define the entry point" in tasks.skipped[1]
+    assert "line 4: invalid JSON" in tasks.skipped[2]
 
 
 def test_rows_in_memory_with_schema():
@@ -177,3 +179,31 @@ def test_hf_loader_with_real_datasets(tmp_path):
     assert [t.id for t in tasks] == ["mbpp/9001", "mbpp/9002"]
     with pytest.raises(ValueError, match="unknown schema"):
         load_hf_dataset("x", "nope")
+
+
+@pytest.mark.parametrize("task", ALL_TASKS, ids=lambda t: t.id)
+def test_generated_tests_carry_the_dataset_asserts_as_canary_targets(task):
+    from opd_gym.grading import make_canaries, test_paths
+
+    source = next(iter(task.tests.values()))
+    assert "from solution import *" not in source and "test_entry_point_defined" not in source
+    canaries = make_canaries(task.tests, test_paths(task), seed=5)
+    assert canaries.tests and not canaries.uncanaried  # every test has a canary
+    kinds = {c.kind for c in canaries.canaries.values()}
+    assert kinds <= {"literal", "operator"}, kinds
+    for canary in canaries.canaries.values():
+        assert canary.original in source and canary.replacement != canary.original
+
+
+def test_solution_exports_never_reach_the_dataset_check(grade):
+    task = from_humaneval(_rows("humaneval")[0])
+    shadowing = (
+        "import builtins\nbuiltins.sum = lambda *a, **k: 3\n"
+        "__all__ = ['count_vowels', 'sum', 'len', 'candidate', 'check']\n"
+        "def sum(*a, **k):\n    return 3\n\ndef len(x):\n    return 3\n\n"
+        "def check(candidate):\n    pass\n\n"
+        "def count_vowels(text):\n    return 3\n"
+    )
+    proc = grade(task, {"solution.py": shadowing})
+    assert proc.returncode == 1 and "1 failed in" in proc.stdout
+    assert "assert 3 == 0" in proc.stdout  # the dataset's own assert, on the honest value

@@ -90,15 +90,15 @@ def test_rows_and_task_objects():
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        (_row(prompt=None), "row 0 (id 't1'): field 'prompt' is missing"),
-        ({"prompt": "p", "tests": {"test_a.py": ""}}, "row 0: field 'id' is missing"),
+        (_row(prompt=None), "row 1 (id 't1'): field 'prompt' is missing"),
+        ({"prompt": "p", "tests": {"test_a.py": ""}}, "row 1: field 'id' is missing"),
         (_row(test={"x": "y"}), "unknown field(s) ['test']"),
         (_row(files={"../escape.py": ""}), "field 'files': path '../escape.py' must stay inside"),
         (_row(files={"/abs.py": ""}), "path '/abs.py' must stay inside"),
         (_row(tests=["test_a.py"]), "field 'tests' must map file paths to text"),
         (_row(timeout=-1), "field 'timeout' must be a positive number"),
         (_row(tags="a,b"), "field 'tags' must be a list of strings"),
-        ("not a row", "row 0: expected a mapping or Task, got str"),
+        ("not a row", "row 1: expected a mapping or Task, got str"),
     ],
 )
 def test_bad_rows_name_the_field(row, message):
@@ -109,14 +109,16 @@ def test_bad_rows_name_the_field(row, message):
 
 def test_duplicate_ids_and_skip_invalid(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    lines = [json.dumps(_row("a")), json.dumps(_row("a")), "{broken", json.dumps(_row("b"))]
+    # a blank line first: errors give the line an editor shows (1-based, blanks counted)
+    lines = ["", json.dumps(_row("a")), json.dumps(_row("a")), "{broken", json.dumps(_row("b"))]
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=r"mixed.jsonl: row 1 \(id 'a'\): duplicate task id 'a'"):
+    with pytest.raises(ValueError,
+                       match=r"mixed.jsonl: line 3 \(id 'a'\): duplicate task id 'a'"):
         load_tasks(path)
     tasks = load_tasks(path, skip_invalid=True)
     assert [t.id for t in tasks] == ["a", "b"]
     assert len(tasks.skipped) == 2
-    assert "row 2: invalid JSON" in tasks.skipped[1]
+    assert "line 4: invalid JSON" in tasks.skipped[1]
 
 
 def test_file_level_errors(tmp_path):

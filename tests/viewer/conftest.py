@@ -83,7 +83,8 @@ def run_dir(tmp_path_factory, tiny_model, tiny_tokenizer, student_model) -> Path
         env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local", pool_size=1,
                        max_turns=6)
         teacher = TransformersTeacher(tiny_model, tokenizer=tiny_tokenizer)
-        env = OPDWrapper(env, teacher=teacher, judge="rule", topk=5)
+        env = OPDWrapper(env, teacher=teacher,
+                         student_tokenizer=teacher.tokenizer, judge="rule", topk=5)
         env = TrajectoryRecorder(env, path / "trajectories.jsonl")
         for seed, script in enumerate(SCRIPTS.values()):
             env.reset(seed=seed)

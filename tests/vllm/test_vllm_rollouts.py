@@ -68,9 +68,28 @@ def test_policy_returns_token_exact_turns(policy, tiny_tokenizer, tools):
                                           add_generation_prompt=True)
 
 
+@pytest.mark.parametrize("sampling", [{"temperature": 0.5}, {"top_p": 0.9},
+                                      {"extra_body": {"top_k": 5}}])
+def test_policy_gives_no_logprobs_off_its_sampling_distribution(vllm_server, tiny_tokenizer,
+                                                                 tools, sampling):
+    """vLLM's default logprobs are of the raw distribution: at T != 1 or under a filter they
+    are not those of the distribution the tokens came from, so the turn carries none."""
+    from opd_gym.agents.vllm import VLLMPolicy
+
+    messages = [{"role": "user", "content": "List the files."}]
+    agent = VLLMPolicy(f"{vllm_server.url}/v1", tokenizer=tiny_tokenizer, max_tokens=8, seed=3,
+                       **sampling)
+    try:
+        turn = agent.sample(messages, tools)
+        assert turn.token_ids and turn.logprobs is None
+    finally:
+        agent.close()
+
+
 def test_alignment_control_through_vllm(policy, vllm_server, record_property):
     """Empty hint, teacher = student, both on the vLLM server: teacher lp == student lp."""
-    env = OPDWrapper(make_env(), teacher=f"vllm:{vllm_server.url}", judge=None, topk=5)
+    env = OPDWrapper(make_env(), teacher=f"vllm:{vllm_server.url}", judge=None, topk=5,
+                     student_tokenizer=policy.tokenizer)
     steps = rollout(env, policy, 3)
     env.close()
     worst = 0.0
@@ -110,7 +129,7 @@ def test_wrapper_with_server_judge_and_teacher(policy, vllm_server, server_teach
     judge = {"type": "vllm", "url": f"{vllm_server.url}/v1", "seed": 5, "max_tokens": 64,
              "temperature": 1.0, "extra_body": structured_votes(JUDGE_REGEX)}
     env = OPDWrapper(make_env(), teacher=server_teacher, judge=judge, votes=3, topk=8,
-                     vote_rule="any", delivery="per_episode")
+                     vote_rule="any", delivery="per_episode", student_tokenizer=policy.tokenizer)
     steps = rollout(env, policy, 3)
     env.close()
     records = steps[-1][1]["opd"]

@@ -54,7 +54,7 @@ def test_empty_hint_control_on_real_templates(tiny_model, families, family, back
                 env = gym.make("opd_gym/Coding-v0", tasks=["fizzbuzz"], sandbox="local",
                                pool_size=1, max_turns=len(PROBE_TURNS))
             env = OPDWrapper(env, teacher=teacher, judge=None, topk=5, delivery="per_episode",
-                             hint_scope=scope)
+                             hint_scope=scope, student_tokenizer=tok)
             policy = TeacherForcedPolicy(tiny_model, tok, PROBE_TURNS)
             obs, info = env.reset(seed=0)
             actions = []

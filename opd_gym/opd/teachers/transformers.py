@@ -103,7 +103,10 @@ class TransformersTeacher:
         batching: bool = True,
         batch_window_ms: float = 2.0,
         batch_tokens: int = 16384,
+        temperature: float = 1.0,
     ) -> None:
+        if not temperature > 0:
+            raise ConfigError(f"teacher temperature must be > 0, got {temperature!r}")
         if chunk_rows < 1 or prefill_chunk < 1:
             raise ValueError("chunk_rows and prefill_chunk must be >= 1")
         if batch_tokens < 1:
@@ -135,6 +138,7 @@ class TransformersTeacher:
         self.prefill_chunk = int(prefill_chunk)
         self.reuse_cache = bool(reuse_cache)
         self.batch_tokens = int(batch_tokens)
+        self.temperature = float(temperature)  # logprobs of softmax(logits / temperature)
         self.tokens_processed = 0  # rows run through the model body, for cost accounting
         self.padded_tokens_processed = 0  # the same, padding included
         self.forward_passes = 0
@@ -431,6 +435,8 @@ class TransformersTeacher:
     def _reduce(self, s: _Seq, logits: torch.Tensor, rows: np.ndarray) -> None:
         """Logsumexp, sampled-token logprob, top-K and candidate logprobs of absolute `rows`."""
         at = rows - s.first_row
+        if self.temperature != 1.0:
+            logits = logits.double() / self.temperature
         lse = torch.logsumexp(logits, dim=-1)
         assert s.targets is not None and s.token_lp is not None
         tgt = s.targets[torch.from_numpy(at).to(self.device)]

@@ -21,18 +21,13 @@ def test_shout_and_repeat():
     assert proc.stdout.splitlines() == ["HELLO, BO!", "HELLO, BO!", "HELLO, CY!", "HELLO, CY!"]
 
 
-def test_bad_repeat_is_usage_error():
-    for value in ("0", "-1", "two"):
-        proc = run("x", "--repeat", value)
-        assert proc.returncode == 2, value
-        assert "usage" in proc.stderr.lower()
-        assert proc.stdout == ""
-
-
-def test_missing_name_is_usage_error():
-    proc = run()
-    assert proc.returncode == 2
-    assert "usage" in proc.stderr.lower()
+def test_usage_errors():
+    """A bad --repeat or no name at all: exit code 2, usage on stderr, nothing on stdout."""
+    for args in (("x", "--repeat", "0"), ("x", "--repeat", "-1"), ("x", "--repeat", "two"), ()):
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        assert "usage" in proc.stderr.lower(), args
+        assert proc.stdout == "", args
 
 
 def test_help():

@@ -1,17 +1,9 @@
 from opd_grading import is_file, read_text
 
 
-def _answer():
-    return read_text("answer.txt")
-
-
-def test_answer_file_exists():
-    assert is_file("answer.txt")
-
-
-def test_single_line():
-    assert len(_answer().strip().splitlines()) == 1
-
-
 def test_password():
-    assert _answer().strip() == "quiet-otter-1729"
+    """The one earning test: the file, its single line and the password it holds."""
+    assert is_file("answer.txt")
+    lines = read_text("answer.txt").strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].strip() == "quiet-otter-1729"

@@ -2,13 +2,9 @@ from opd_grading import read_text
 
 
 def _lines():
-    return [line.strip() for line in read_text("answer.txt").strip().splitlines()]
-
-
-def test_answer_has_two_integer_lines():
-    lines = _lines()
-    assert len(lines) == 2
-    assert all(line.isdigit() for line in lines)
+    lines = [line.strip() for line in read_text("answer.txt").strip().splitlines()]
+    assert len(lines) == 2 and all(line.isdigit() for line in lines), lines
+    return lines
 
 
 def test_smallest_n():
@@ -16,8 +12,6 @@ def test_smallest_n():
 
 
 def test_value():
-    assert int(_lines()[1]) == 1436112
-
-
-def test_value_is_divisible():
-    assert int(_lines()[1]) % 9973 == 0
+    value = int(_lines()[1])
+    assert value == 1436112
+    assert value % 9973 == 0

@@ -1,22 +1,10 @@
 from opd_grading import is_file, read_text
 
 
-def _read():
-    return read_text("answer.txt")
-
-
-def test_answer_file_exists():
-    assert is_file("answer.txt")
-
-
-def test_answer_is_one_integer():
-    assert _read().strip().isdigit()
-    assert len(_read().strip().splitlines()) == 1
-
-
 def test_answer_value():
-    assert int(_read().strip()) == 767646
-
-
-def test_script_still_there():
+    """The one earning test: one integer on one line, the right one, the script left in place."""
+    assert is_file("answer.txt")
+    lines = read_text("answer.txt").strip().splitlines()
+    assert len(lines) == 1 and lines[0].strip().isdigit()
+    assert int(lines[0]) == 767646
     assert is_file("mystery.py")

@@ -28,7 +28,7 @@ def test_build_metadata_ignored():
     assert compare_versions("1.0.0-rc.1+x", "1.0.0-rc.1") == 0
 
 
-@pytest.mark.parametrize("bad", ["1.2", "1.2.x", "", "a.b.c", "1.2.3.4"])
-def test_invalid(bad):
-    with pytest.raises(ValueError):
-        compare_versions(bad, "1.0.0")
+def test_invalid():
+    for bad in ["1.2", "1.2.x", "", "a.b.c", "1.2.3.4"]:
+        with pytest.raises(ValueError):
+            compare_versions(bad, "1.0.0")

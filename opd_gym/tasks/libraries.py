@@ -1,0 +1,243 @@
+"""Real libraries with their own test suites: pinned sdists, cached by setup, unpacked offline.
+
+Each `Library` pins one sdist by version and sha256 and says which of its files are the test
+suite (`test_dirs`, every file under them, `__init__.py` and helpers included) and how pytest
+runs it (`ini`: the project's own pytest settings as ini text, minus options of plugins the
+sandbox image does not carry, plus `testpaths` so plain pytest collects exactly the suite).
+`scripts/setup.sh` downloads them (`python -m opd_gym.tasks.libraries`); afterwards `unpack`
+works offline. The grading-fidelity test grades each unmodified library against its suite;
+repository tasks reuse the same records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import MappingProxyType
+
+from opd_gym.errors import DatasetError
+
+
+@dataclass(frozen=True)
+class Library:
+    """One pinned sdist and where its test suite lives inside it."""
+
+    name: str
+    version: str
+    sha256: str
+    test_dirs: tuple[str, ...]  # directories or single files, relative to the project root
+    ini: str
+    note: str = ""  # how `ini` differs from the project's own configuration, and why
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class LibrarySource:
+    """An unpacked sdist split into the suite (`tests`, text) and the rest (`workspace`)."""
+
+    library: Library
+    workspace: Mapping[str, bytes]
+    tests: Mapping[str, str]
+
+    @property
+    def ini(self) -> str:
+        return self.library.ini
+
+
+LIBRARIES: tuple[Library, ...] = (
+    Library(
+        "toolz",
+        "1.2.0",
+        "9667a038e9d6ecba37995e26cb2f59ec6420b6ad8dd9677de59db9b956b08490",
+        ("toolz/tests", "toolz/sandbox/tests"),
+        "[pytest]\n"
+        "minversion = 6.0\n"
+        "testpaths = toolz\n"
+        "xfail_strict = true\n"
+        "addopts = --strict-config --strict-markers -ra\n"
+        "log_cli_level = info\n"
+        "filterwarnings =\n"
+        "    error\n"
+        "    ignore:The toolz.compatibility module is no longer needed:DeprecationWarning:\n",
+        "pyproject's [tool.pytest.ini_options], verbatim",
+    ),
+    Library(
+        "more-itertools",
+        "11.2.1",
+        "cbf08fd0af284dc69718b9b76a8e6203df624d70209ea511e4219d350c856f63",
+        ("tests",),
+        "[pytest]\n"
+        "testpaths = tests\n"
+        "addopts =\n"
+        "    --deselect tests/test_recipes.py::PrimeFunctionTests::test_primes\n"
+        "    --deselect tests/test_recipes.py::PrimeFunctionTests::test_nth_prime_approximate\n"
+        "    --deselect tests/test_recipes.py::PolynomialFromRootsTests::test_large\n"
+        "    --deselect tests/test_more.py::DiscreteFourierTransformTests::test_roundtrip\n"
+        "    --deselect tests/test_more.py::TestConcurrentTee::test_concurrent_consumers\n"
+        "    --deselect tests/test_more.py::TestSerialize::test_concurrent_calls\n"
+        "    --deselect tests/test_more.py::ExtractTests::test_all_orderings\n"
+        "    --deselect tests/test_more.py::TestRandomOrderedRange::test_lcg_mitigation\n",
+        "no pytest configuration upstream (tox runs unittest); testpaths added; the 8 tests "
+        "that take seconds each (primes, FFT round trips, thread races) deselected to keep "
+        "the CI run short",
+    ),
+    Library(
+        "parse",
+        "1.22.4",
+        "706d458feed5a81b02768d3156e8070baf6cee7d150a3a3c0cd43101a875c3b5",
+        ("tests",),
+        "[pytest]\naddopts = --doctest-modules --doctest-glob=README.rst\ntestpaths = tests\n",
+        "pyproject's addopts without the pytest-cov options (--cov*); testpaths added",
+    ),
+    Library(
+        "inflection",
+        "0.5.1",
+        "1a29730d366e996aaacffb2f1f1cb9593dc38e2ddd30c91250c6dde09ea9b417",
+        ("test_inflection.py",),
+        "[pytest]\ntestpaths = test_inflection.py\n",
+        "no pytest configuration upstream; testpaths added",
+    ),
+    Library(
+        "six",
+        "1.17.0",
+        "ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81",
+        ("test_six.py",),
+        "[pytest]\nminversion = 2.2.0\ntestpaths = test_six.py\n",
+        "setup.cfg's [tool:pytest]; testpaths added",
+    ),
+    Library(
+        "cachetools",
+        "8.0.2",
+        "30ac523adfc118b51d2b2e7bad8a0ddb31370dfe2700c7f10ca224f36ccf81e0",
+        ("tests",),
+        "[pytest]\npythonpath = src\ntestpaths = tests\n",
+        "no pytest configuration upstream (tox adds --cov); pythonpath = src stands in for "
+        "installing the src-layout package; testpaths added",
+    ),
+)
+
+
+def library(name: str) -> Library:
+    """The pinned library called `name`; DatasetError names the known ones otherwise."""
+    for lib in LIBRARIES:
+        if lib.name == name:
+            return lib
+    known = ", ".join(lib.name for lib in LIBRARIES)
+    raise DatasetError(f"unknown library {name!r}: known libraries are {known}")
+
+
+def sdist_cache() -> Path:
+    """Where setup keeps the sdists: `$OPD_GYM_SDISTS`, else `$XDG_CACHE_HOME/opd_gym/sdists`."""
+    override = os.environ.get("OPD_GYM_SDISTS")
+    if override:
+        return Path(override)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "opd_gym" / "sdists"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cached(lib: Library, cache: Path) -> Path | None:
+    """The cached sdist of `lib` whose sha256 matches its pin, if any."""
+    for path in sorted(cache.glob("*.tar.gz")):
+        stem = path.name[: -len(".tar.gz")]
+        name, _, version = stem.rpartition("-")
+        if version == lib.version and name.replace("_", "-").lower() == lib.name:
+            if _sha256(path) == lib.sha256:
+                return path
+    return None
+
+
+def sdist_path(lib: Library, cache: Path | None = None) -> Path:
+    """The verified cached sdist of `lib`; DatasetError says how to fetch it when missing."""
+    cache = cache or sdist_cache()
+    path = _cached(lib, cache)
+    if path is None:
+        raise DatasetError(
+            f"the sdist of {lib.requirement} (sha256 {lib.sha256[:12]}...) is not in {cache}: "
+            "run scripts/setup.sh (or `python -m opd_gym.tasks.libraries`) to download it"
+        )
+    return path
+
+
+def fetch(lib: Library, cache: Path | None = None) -> Path:
+    """Download `lib`'s sdist with pip into the cache unless a verified copy is there."""
+    cache = cache or sdist_cache()
+    found = _cached(lib, cache)
+    if found is not None:
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary",
+               ":all:", lib.requirement, "-d", tmp]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise DatasetError(f"pip could not download {lib.requirement}: {done.stderr[-800:]}")
+        got = [p for p in Path(tmp).iterdir() if p.name.endswith(".tar.gz")]
+        if len(got) != 1 or _sha256(got[0]) != lib.sha256:
+            raise DatasetError(f"the downloaded sdist of {lib.requirement} does not match its "
+                               f"pinned sha256 {lib.sha256}")
+        target = cache / got[0].name
+        os.replace(got[0], target)
+    return target
+
+
+def _in_suite(lib: Library, path: str) -> bool:
+    pure = PurePosixPath(path)
+    if pure.parent == PurePosixPath(".") and pure.name == "conftest.py":
+        return True  # a root conftest configures the suite
+    return any(path == d or pure.is_relative_to(d) for d in lib.test_dirs)
+
+
+def unpack(lib: Library, cache: Path | None = None) -> LibrarySource:
+    """Read `lib`'s cached sdist (offline): suite files as text, every other file as bytes."""
+    archive = sdist_path(lib, cache)
+    workspace: dict[str, bytes] = {}
+    tests: dict[str, str] = {}
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            parts = PurePosixPath(member.name).parts
+            if len(parts) < 2 or ".." in parts:
+                raise DatasetError(f"{archive.name}: unexpected member {member.name!r}")
+            rel = PurePosixPath(*parts[1:]).as_posix()
+            handle = tar.extractfile(member)
+            assert handle is not None  # isfile() members always have data
+            data = handle.read()
+            if _in_suite(lib, rel):
+                try:
+                    tests[rel] = data.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DatasetError(f"{archive.name}: test file {rel} is not UTF-8") from exc
+            else:
+                workspace[rel] = data
+    if not tests:
+        raise DatasetError(f"{archive.name}: nothing under {', '.join(lib.test_dirs)}")
+    return LibrarySource(lib, MappingProxyType(workspace), MappingProxyType(tests))
+
+
+def main() -> int:
+    """Fetch every pinned sdist into the cache (what scripts/setup.sh runs)."""
+    cache = sdist_cache()
+    for lib in LIBRARIES:
+        fetch(lib, cache)
+    names = ", ".join(lib.requirement for lib in LIBRARIES)
+    print(f"[libraries] {len(LIBRARIES)} sdists verified in {cache}: {names}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""The pinned library sdists: verified by sha256, split into suite and workspace, offline."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import PurePosixPath
+
+import pytest
+
+from opd_gym.errors import DatasetError
+from opd_gym.tasks.libraries import LIBRARIES, library, sdist_cache, sdist_path, unpack
+
+
+@pytest.mark.parametrize("name", [lib.name for lib in LIBRARIES])
+def test_unpack_splits_the_suite_from_the_code(name):
+    lib = library(name)
+    source = unpack(lib)
+    assert source.ini == lib.ini and source.ini.startswith("[pytest]\n")
+    assert "testpaths" in source.ini
+    test_modules = [p for p in source.tests if PurePosixPath(p).name.startswith("test_")]
+    assert test_modules, "the sdist ships its tests"
+    assert not set(source.tests) & set(source.workspace)
+    for path in source.workspace:  # nothing of the suite is left in the workspace
+        assert not any(path == d or path.startswith(d + "/") for d in lib.test_dirs), path
+    assert any(p.endswith(".py") for p in source.workspace), "the code under test is there"
+
+
+def test_a_tampered_sdist_is_refused(tmp_path):
+    lib = library("inflection")
+    good = sdist_path(lib)
+    shutil.copy(good, tmp_path / good.name)
+    assert sdist_path(lib, tmp_path) == tmp_path / good.name
+    (tmp_path / good.name).write_bytes(good.read_bytes() + b"\0")
+    with pytest.raises(DatasetError, match="not in .*setup.sh"):
+        unpack(lib, tmp_path)
+
+
+def test_unknown_library_names_the_known_ones():
+    with pytest.raises(DatasetError, match="known libraries are toolz"):
+        library("left-pad")
+
+
+def test_cache_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPD_GYM_SDISTS", str(tmp_path))
+    assert sdist_cache() == tmp_path
+    monkeypatch.delenv("OPD_GYM_SDISTS")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert sdist_cache() == tmp_path / "opd_gym" / "sdists"
