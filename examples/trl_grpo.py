@@ -47,7 +47,7 @@ def main() -> None:
         calls = sum(env.calls_run for env in factory.instances if env is not demo_env)
         print(f"{trainer.state.global_step} GRPO steps, {calls} tool calls ran in the sandbox")
     finally:
-        factory.pool.close()
+        factory.close()
 
 
 if __name__ == "__main__":

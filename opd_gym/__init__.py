@@ -15,13 +15,17 @@ from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
 from opd_gym.rewards import RewardWeights
 from opd_gym.spaces import ModelOutput, UnicodeText
-from opd_gym.tasks import Task, load_suite, load_tasks
+from opd_gym.tasks import RepoInfo, Task, load_suite, load_tasks
 from opd_gym.transcript import Turn, messages_for_template
 from opd_gym.wrappers import TrajectoryRecorder
 
 __version__ = "0.1.0"
 
 ENV_IDS = register_envs()
+
+from opd_gym import compat  # noqa: E402  (old import paths: installed once the package is)
+
+compat.install()
 
 _LAZY = {
     "OPDWrapper": "opd_gym.opd.wrapper",
@@ -50,6 +54,7 @@ __all__ = [
     "OPDWrapper",
     "RewardWeights",
     "RunDirectory",
+    "RepoInfo",
     "Task",
     "TokenText",
     "TrajectoryRecorder",

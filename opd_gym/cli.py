@@ -85,13 +85,14 @@ def _missing(what: str) -> str:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from opd_gym.sandboxes.docker import DockerConfig
+    from opd_gym.sandboxes.docker import DockerConfig, DockerEngine
     from opd_gym.sandboxes.image import build_image, build_rootfs
 
     if args.rootfs_only:
         print(build_rootfs())
         return 0
-    method = build_image(args.image or DockerConfig().image, method=args.method, force=args.force)
+    method = build_image(args.image or DockerConfig().image, method=args.method, force=args.force,
+                         engine=DockerEngine())
     print(f"sandbox image ready ({method})")
     return 0
 
@@ -132,6 +133,8 @@ def _opd_and_policy(args: argparse.Namespace, tasks: Any) -> tuple[Any, Any]:
     exists: option values, the teacher, judge and policy specs (a model folder that is not
     there, a server that does not answer), and that the policy's tokenizer is the teacher's."""
     from opd_gym import specs
+    from opd_gym.agents.policies import make_policy
+    from opd_gym.opd.chat import check_tokenizers
     from opd_gym.opd.config import OPDConfig
 
     opd = None
@@ -150,13 +153,13 @@ def _opd_and_policy(args: argparse.Namespace, tasks: Any) -> tuple[Any, Any]:
             args.teacher_name = specs.auto_teacher()
         teacher_model = specs.local_model(args.teacher_name)
         if student is not None and teacher_model is not None:
-            specs.check_tokenizers(student, f"hf:{teacher_model}",
+            check_tokenizers(student, f"hf:{teacher_model}",
                                    student_name=f"(policy {args.policy})",
                                    teacher_name=f"(teacher {args.teacher_name})")
         if student is not None:  # a vllm: teacher is checked when its client is built
             opd = opd.replace(student_tokenizer=student,
                               student_temperature=args.temperature or 1.0)
-    make_agent = specs.make_policy(
+    make_agent = make_policy(
         args.policy, tasks, seed=args.seed,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
         dtype=args.policy_dtype, device=args.policy_device,
@@ -345,6 +348,20 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _with_config_file(parser: argparse.ArgumentParser, argv: Sequence[str] | None,
+                      path: str) -> argparse.Namespace:
+    """The rollout's flags with FILE's values as defaults: a flag given on the command line
+    wins, a bad key or value in FILE is refused naming it (`opd_gym.runs.config`)."""
+    from opd_gym.runs.config import read_config_file
+
+    roll = next(action for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction)).choices["rollout"]
+    roll.set_defaults(**read_config_file(path, roll._actions))
+    args = parser.parse_args(argv)
+    del args.config  # its values are in args now, and so in the run's config.json
+    return args
+
+
 def _check_rollout_args(args: argparse.Namespace) -> Path:
     """Refuse conflicting flags and an unusable `--out` before anything is loaded or written;
     returns the output directory."""
@@ -501,6 +518,31 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """One run: its report.html (like `view`); two or more: a side-by-side comparison."""
+    from opd_gym.viewer import load_tokenizer, write_compare, write_report
+
+    for run_dir in args.run_dirs:
+        if not (Path(run_dir) / "trajectories.jsonl").is_file() and not Path(run_dir).is_file():
+            raise UserError(f"no run directory {run_dir!r} (no trajectories.jsonl in it)")
+    if len(args.run_dirs) == 1:
+        path = write_report(args.run_dirs[0], args.out,
+                            tokenizer=load_tokenizer(args.tokenizer))
+    else:
+        if args.tokenizer:
+            raise UserError("--tokenizer applies to one run's report, not a comparison")
+        out = Path(args.out or "compare.html")
+        if out.is_dir():
+            raise UserError(f"--out {str(out)!r} is a directory; give the HTML file to write")
+        path = write_compare(args.run_dirs, out)
+    print(f"wrote {path}")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from opd_gym.exports import export_run
     from opd_gym.viewer import load_tokenizer
@@ -539,6 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     roll = sub.add_parser("rollout", help="play episodes and write OPD-scored trajectories")
+    roll.add_argument("--config", metavar="FILE",
+                      help="take flags from FILE: a run's config.json, or JSON/TOML with the "
+                      "same keys; flags given here override it")
     roll.add_argument("--episodes", type=_positive,
                       help="episodes to play (default 8, or every task --repeat times)")
     roll.add_argument("--repeat", type=_positive, default=1,
@@ -624,6 +669,15 @@ def build_parser() -> argparse.ArgumentParser:
     tval.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
     tval.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     tval.add_argument("--workers", type=int, default=4, help="gradings run at once")
+    tsyn = tsub.add_parser("synth", help="synthesize validated bug-fix tasks from a project "
+                           "that ships its pytest suite (see opd_gym/tasks/synth.py)")
+    tsyn.add_argument("source", help="an sdist (.tar.gz), a pinned library name, or a folder")
+    tsyn.add_argument("-o", "--output", help="manifest to write (default NAME-synth.json)")
+    tsyn.add_argument("--max", type=int, default=10, help="tasks to keep (default 10)")
+    tsyn.add_argument("--seed", type=int, default=0, help="the order mutations are tried in")
+    tsyn.add_argument("--workers", type=int, default=2, help="validations run at once")
+    tsyn.set_defaults(func=lambda a: __import__("opd_gym.tasks.synth", fromlist=["x"])
+                      .synth_command(a.source, a.output, a.max, a.seed, "docker", a.workers))
     tasks.set_defaults(func=cmd_tasks)
 
     view = sub.add_parser("view", help="write (and open) the HTML report of a run")
@@ -631,6 +685,15 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--tokenizer", help="tiny | hf:PATH, to show token text")
     view.add_argument("--open", action="store_true", help="open it in a browser")
     view.set_defaults(func=cmd_view)
+
+    report = sub.add_parser("report", help="one run's HTML report, or two or more runs "
+                            "compared side by side")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("--out", help="the HTML file to write (default: RUN_DIR/report.html "
+                        "for one run, compare.html for several)")
+    report.add_argument("--tokenizer", help="tiny | hf:PATH, to show token text (one run)")
+    report.add_argument("--open", action="store_true", help="open it in a browser")
+    report.set_defaults(func=cmd_report)
 
     export = sub.add_parser("export", help="export a run to a trainer format")
     export.add_argument("run_dir")
@@ -680,9 +743,13 @@ def _quiet_third_party() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command: exit 2 with one line for a user error (an OPDGymError, a bad flag),
     a traceback and exit 1 for anything else (a bug)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     _quiet_third_party()
     try:
+        config = vars(args).pop("config", None)  # never in config.json: its values are
+        if config is not None:
+            args = _with_config_file(parser, argv, config)
         return args.func(args)
     except OPDGymError as exc:
         print(f"opd-gym: error: {exc}", file=sys.stderr)

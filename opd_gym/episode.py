@@ -23,6 +23,7 @@ from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown, RewardWeights, compute_reward
 from opd_gym.sandboxes import Sandbox, SandboxDied, SandboxError, SandboxPool, SandboxTimeout
 from opd_gym.tasks.model import Task
+from opd_gym.tasks.repo import workspace_files
 from opd_gym.tools.executor import ToolExecutor, ToolResult, error_result
 from opd_gym.tools.formats import ToolFormat, get_tool_format
 from opd_gym.tools.parsing import ParsedOutput, ToolCall, parse_openai_tool_calls
@@ -96,6 +97,9 @@ def task_prompt(task: Task) -> str:
     """The first user message: the task's prompt and the names of its starter files."""
     if not task.files:
         return task.prompt
+    if task.repo is not None:  # a project's tree: its file list would drown the prompt
+        return (f"{task.prompt.rstrip()}\n\nThe workspace is a git repository of "
+                f"{task.repo.name} ({len(task.files)} files).")
     return f"{task.prompt.rstrip()}\n\nFiles in the workspace: {', '.join(sorted(task.files))}"
 
 
@@ -332,11 +336,16 @@ class Episode:
 
 def _prepared_sandbox(pool: SandboxPool, task: Task) -> Sandbox:
     """A started sandbox holding the task's starter files (one retry if it dies at once)."""
+    if task.repo is not None:
+        workspace_files(task)  # a refusal (custom image, bad history) before any sandbox
     for attempt in range(2):
         sandbox = pool.acquire()
         try:
-            for path, text in task.files.items():
-                sandbox.write_file(path, text)
+            if task.repo is not None:  # the tree and its .git, in one archive
+                sandbox.write_files(workspace_files(task))
+            else:
+                for path, text in task.files.items():
+                    sandbox.write_file(path, text)
             return sandbox
         except (SandboxDied, SandboxTimeout):
             pool.release(sandbox)

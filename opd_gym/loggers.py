@@ -76,9 +76,8 @@ def make_logger(kind: str, out_dir: Path, config: dict | None = None) -> Metrics
         if kind == "tensorboard":
             return TensorboardLogger(out_dir)
     except ImportError as exc:
-        package = "wandb" if kind == "wandb" else "tensorboard"
         raise ImportError(
-            f"--log {kind} needs the '{package}' package: pip install {package} "
-            "(or use --log jsonl, which needs nothing)"
+            f"--log {kind} needs the '{exc.name or kind}' package: pip install "
+            f"'opd_gym[{kind}]' (or use --log jsonl, which needs nothing)"
         ) from exc
     raise ConfigError(f"unknown logger {kind!r}: use one of {', '.join(LOGGERS)}")

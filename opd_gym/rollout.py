@@ -12,45 +12,43 @@ either way, computed from every row of the run.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from opd_gym import specs
+from opd_gym.agents.base import close
 from opd_gym.grading import Grader
-from opd_gym.opd.config import OPDConfig
 from opd_gym.runs import (
-    SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: old import paths)
+    SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: the runner's old names)
     TRAJECTORIES,  # noqa: F401
-    EpisodeRow,
     RunDirectory,
     RunSummary,
     read_trajectories,  # noqa: F401
 )
 from opd_gym.runs.config import RolloutConfig, plain_config
-from opd_gym.runs.core import build_agent, build_env, mark_interrupted, play_episode, unfinished_row
-from opd_gym.runs.interrupt import DEFAULT_GRACE_S, EpisodeInterrupted, Interrupt
+from opd_gym.runs.core import (
+    FROM_CONFIG,
+    RowSink,
+    build_agent,
+    build_env,
+    load_teacher,
+    opd_config,
+    play,
+)
+from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
+from opd_gym.runs.progress import Progress
 from opd_gym.tasks.resolve import resolve_tasks
 
-_plain_config = plain_config  # old private name (the Ray runner used it)
 CANCEL_WAIT_S = 30.0  # after cancelling, how long the runner waits for episodes to return
 
 
 def finished_episodes(path: Path) -> set[int]:
     """Episode numbers already played (what `resume` skips)."""
     return RunDirectory(path).done()
-
-
-class _FromConfig:
-    def __repr__(self) -> str:
-        return "FROM_CONFIG"
-
-
-FROM_CONFIG: Any = _FromConfig()  # run_rollout(judge=...) default: the OPD config's judge
 
 
 def run_rollout(
@@ -73,14 +71,13 @@ def run_rollout(
     Returns the summary of every row of the run (`.interrupted` when Ctrl-C stopped it); a
     second Ctrl-C raises KeyboardInterrupt after writing that summary.
     """
-    opd_config = _opd_config(config, teacher, judge) if config.opd else None
+    opd = opd_config(config, teacher, judge) if config.opd else None
     run = RunDirectory(config.out_dir)
     done = run.open_for_run(resume=config.resume)
     todo = [i for i in range(config.episodes) if i not in done]
     started = time.perf_counter()
     tasks = resolve_tasks(config.tasks)
     task_ids = config.task_ids or [t.id for t in tasks]
-    failures: list[str] = []
     running: set[int] = set()
     lock = threading.Lock()
     stop = Interrupt(grace, running=lambda: len(running))
@@ -88,51 +85,16 @@ def run_rollout(
     grader = Grader(pool)  # one per run: each task is calibrated once, whatever the slot
     owned: list[Any] = []  # what this job built from specs; closed in the finally below
     queue = deque(todo)
-    live = RunSummary()  # running metrics for on_episode (the written summary recounts)
-    bar = _progress(len(todo), progress)
+    bar = Progress(len(todo), progress)
+    sink = RowSink(run, on_episode=on_episode, progress=bar)
     setup_errors: list[BaseException] = []
-
-    def record(row: EpisodeRow) -> None:
-        with lock:
-            run.append(row)
-            if row.played:
-                metrics = live.count(row)
-                data = row.to_dict()
-                if on_episode is not None:
-                    on_episode(data, metrics)
-                bar(data)
-
-    def _play(recorder: Any, agent: Any, i: int) -> None:
-        task_id, seed = config.plan(i, task_ids)
-        try:
-            row = play_episode(recorder, agent, i, task_id, seed, check=stop.check,
-                               on_turn=bar.turn)
-        except EpisodeInterrupted:
-            partial = unfinished_row(recorder, i,
-                                     why="the run was interrupted", interrupted=True)
-            if partial is not None:
-                record(partial)
-            return
-        except Exception as exc:  # one broken episode must not end the run
-            why = f"{type(exc).__name__}: {exc}"
-            partial = unfinished_row(recorder, i, why=why,
-                                     interrupted=stop.cancelled.is_set())
-            if not stop.cancelled.is_set():
-                with lock:
-                    failures.append(f"episode {i}: {why}")
-            if partial is not None:
-                record(partial)
-            return
-        if stop.cancelled.is_set():  # it may have ended on a closed sandbox: not a result
-            row = mark_interrupted(row)
-        record(row)
 
     def slot() -> None:
         """A worker thread: its own env stack and agent, episodes from the queue until none is
         left or the run stops."""
         recorder = agent = None
         try:
-            recorder = build_env(config, tasks=tasks, pool=pool, opd_options=opd_config,
+            recorder = build_env(config, tasks=tasks, pool=pool, opd_options=opd,
                                  grader=grader)
             agent = build_agent(recorder, make_agent)
             while not stop.stopping.is_set():
@@ -142,7 +104,9 @@ def run_rollout(
                     i = queue.popleft()
                     running.add(i)
                 try:
-                    _play(recorder, agent, i)
+                    task_id, seed = config.plan(i, task_ids)
+                    sink(play(recorder, agent, i, task_id, seed, check=stop.check,
+                              on_turn=bar.turn, cancelled=stop.cancelled.is_set))
                 finally:
                     with lock:
                         running.discard(i)
@@ -151,7 +115,7 @@ def run_rollout(
             stop.stopping.set()
         finally:
             if agent is not None:
-                _close(agent)
+                close(agent)
             if recorder is not None:
                 recorder.close()
 
@@ -159,11 +123,9 @@ def run_rollout(
     try:
         with stop.installed():
             try:
-                if opd_config is not None:  # loaded once, shared by every worker
-                    built = specs.make_teacher(opd_config.teacher, **opd_config.teacher_options)
-                    if built is not opd_config.teacher:
-                        owned.append(built)
-                    opd_config = opd_config.replace(teacher=built, teacher_options={})
+                if opd is not None:  # loaded once, shared by every worker
+                    opd, teacher_built = load_teacher(opd)
+                    owned.append(teacher_built)
                 threads = [threading.Thread(target=slot, name=f"opd-gym-episodes-{w}",
                                             daemon=True)  # daemon: an abort does not wait
                            for w in range(min(max(config.parallel, 1), len(todo)))]
@@ -175,13 +137,13 @@ def run_rollout(
                 stop.cancel()
     finally:
         for obj in owned:
-            _close(obj)
+            close(obj)
         pool.close()
         bar.close()
     if setup_errors and not aborted:
         raise setup_errors[0]
     summary = RunSummary.of_rows(
-        run.episodes(), repeat=config.repeat, skipped=len(done), failures=failures,
+        run.episodes(), repeat=config.repeat, skipped=len(done), failures=sink.failures,
         config=plain_config(config),
         seconds=time.perf_counter() - started,
         interrupted=aborted or stop.deadline is not None)
@@ -207,81 +169,6 @@ def _wait(threads: list[threading.Thread], stop: Interrupt, pool: Any) -> None:
             stop.say(f"{sum(t.is_alive() for t in threads)} episode(s) did not return after "
                      "cancelling; leaving them")
             return
-
-
-def _opd_config(config: RolloutConfig, teacher: Any, judge: Any) -> OPDConfig:
-    """The run's OPD options: `config.opd_options` with `teacher`/`judge` set over them."""
-    given = {name: value for name, value in (("teacher", teacher), ("judge", judge))
-             if value is not None or name == "judge"}
-    if judge is FROM_CONFIG:
-        del given["judge"]
-    options = config.opd_options
-    if isinstance(options, OPDConfig):
-        return options.replace(**given)
-    return OPDConfig.from_kwargs(**{**options, **given})
-
-
-def _close(obj: Any) -> None:
-    """Close what has a `close()` (a teacher, a judge, a served policy's connections)."""
-    close = getattr(obj, "close", None)
-    if callable(close):
-        close()
-
-
-def _play_one(recorder: Any, agent: Any, episode: int, task_id: str, seed: int
-              ) -> dict[str, Any]:
-    """Old private entry point: one episode's row as a dict (see `runs.core.play_episode`)."""
-    return play_episode(recorder, agent, episode, task_id, seed).to_dict()
-
-
-class _Progress:
-    """A progress bar (tqdm when installed, else a line per episode on stderr) that also
-    moves per turn, so slow policies show life between episodes."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self.count = total, enabled, 0
-        self.bar: Any = None
-        self._last_line = 0.0
-        if not enabled:
-            return
-        try:
-            from tqdm import tqdm
-        except ImportError:
-            return
-        self.bar = tqdm(total=total, unit="ep", dynamic_ncols=True)
-
-    def __call__(self, row: Mapping[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.count += 1
-        reward = f"{row.get('task_id')} r={EpisodeRow.from_dict(row).reward:.2f}"
-        if self.bar is None:
-            print(f"[{self.count}/{self.total}] {reward}", file=sys.stderr)
-            return
-        self.bar.set_postfix_str(reward, refresh=False)
-        self.bar.update(1)
-
-    def turn(self, episode: int, turns: int) -> None:
-        """Episode `episode` finished turn `turns`."""
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"episode {episode} turn {turns}")
-            return
-        now = time.monotonic()
-        if now - self._last_line >= 5.0:  # a status line at most every 5 s
-            self._last_line = now
-            print(f"[{self.count}/{self.total}] episode {episode}: turn {turns}", file=sys.stderr)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
-def _progress(total: int, enabled: bool) -> _Progress:
-    """The run's progress display (see `_Progress`)."""
-    return _Progress(total, enabled)
 
 
 __all__ = ["FROM_CONFIG", "RolloutConfig", "finished_episodes", "run_rollout"]

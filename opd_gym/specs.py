@@ -2,15 +2,17 @@
 
 A spec is a name ("tiny", "rule", "demo", "docker") or SCHEME:TARGET ("hf:/models/x",
 "vllm:http://127.0.0.1:8000", "openai:http://host/v1", "replay:run/trajectories.jsonl").
-The CLI, the rollout job and the library classes (`OPDWrapper(teacher="tiny")`) all build
-their objects here; an unknown spec is a ConfigError that lists the known ones. Objects
-(a loaded teacher, a judge function, a tokenizer) pass through unchanged.
+Every spec string is parsed and checked here (an unknown one is a ConfigError listing the
+known ones), and the local models, tokenizers and sandboxes a spec names are resolved here.
+This module sits with the parts (models, sandboxes) and imports nothing above them: the
+objects of the layers above are built where they live, from the parsed spec:
+`opd_gym.opd.teachers.make_teacher`, `opd_gym.opd.judges.make_judge`,
+`opd_gym.agents.policies.make_policy`.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,21 +163,6 @@ def policy_tokenizer(spec: str) -> str | None:
     return str(parsed) if parsed.scheme == "hf" else None
 
 
-def check_tokenizers(student: Any, teacher: Any, *, student_name: str = "",
-                     teacher_name: str = "") -> None:
-    """ConfigError in one line, naming both, unless ids under `student` mean the same under
-    `teacher` (vocabulary, special tokens, chat-template ids, a text round trip)."""
-    from opd_gym.opd.chat import check_same_tokenizer
-
-    def label(role: str, spec: Any, given: str) -> str:
-        name = given or (spec if isinstance(spec, str) else getattr(spec, "name_or_path", ""))
-        return f"{role} {name}".rstrip()
-
-    check_same_tokenizer(tokenizer(student), tokenizer(teacher),
-                         names=(label("the student's tokenizer", student, student_name),
-                                label("the teacher's", teacher, teacher_name)))
-
-
 def validate(role: str, spec: Any) -> None:
     """Fail in one line naming `role` when a spec points at nothing: an hf:/vllm-engine: PATH
     without a model folder, or a vllm:/openai: URL that does not answer. Names and objects
@@ -227,137 +214,6 @@ def check_teacher_options(spec: Any, options: Mapping[str, Any]) -> None:
                           f"teachers; a {scheme}: server sets it when it is started")
 
 
-def make_teacher(spec: Any, **options: Any) -> Any:
-    """A teacher from a spec string, a mapping {"spec": ..., **options}, or a Teacher object.
-
-    - "tiny" (a locally built demo model), "smollm2" (the real small model from PyPI),
-      "auto" (SmolLM2 when it can be had, else tiny);
-    - "hf:/path/to/model": a local transformers folder (e.g. dtype="bfloat16", chunk_rows=128);
-    - "vllm:http://127.0.0.1:8000": a running vLLM server (e.g. max_in_flight=8, timeout=60);
-    - "vllm-engine:/path/to/model": an in-process vllm.LLM (e.g. max_logprobs=50).
-    """
-    if hasattr(spec, "score") and hasattr(spec, "tokenizer"):
-        if options:
-            raise ConfigError(f"teacher options {sorted(options)} need a spec, not a teacher "
-                              "object (build the object with them)")
-        return spec
-    if isinstance(spec, Mapping):
-        merged = dict(spec)
-        target = merged.pop("spec", None)
-        if target is None:
-            check("teacher", spec)
-        return make_teacher(target, **{**merged, **options})
-    check_teacher_options(spec, options)
-    parsed = parse("teacher", spec)
-    if parsed.scheme in ("auto", *MODEL_NAMES):
-        return make_teacher(resolve_model(spec), **options)
-    if parsed.scheme == "hf":
-        from opd_gym.opd.teachers.transformers import TransformersTeacher
-
-        return TransformersTeacher(parsed.target, **options)
-    if parsed.scheme == "vllm":
-        from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
-
-        return VLLMServerTeacher(parsed.target, **options)
-    from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
-
-    return VLLMEngineTeacher(parsed.target, **options)
-
-
-# -- judges ----------------------------------------------------------------------------------
-def make_judge(spec: Any, **llm_options: Any) -> Any:
-    """A judge: None/"none", "rule", "openai:URL" (an OpenAI API root), "vllm:URL" (a vLLM
-    server, "/v1" optional), a mapping {"type": "openai", "url": ..., **options}, or a
-    callable (turn, next_state) -> hint. `llm_options` (votes, rule, hint_choice, ...) are
-    defaults for an LLM judge; a mapping's own options win."""
-    from opd_gym.opd.judges import LLMJudge, RuleJudge
-
-    if spec is None:
-        return None
-    if isinstance(spec, Mapping):
-        options = dict(spec)
-        kind = options.pop("type", "openai")
-        if kind == "rule":
-            return RuleJudge()
-        if kind not in ("openai", "vllm"):
-            raise ConfigError(f"unknown judge type {kind!r}; use rule, openai or vllm")
-        if "url" not in options:
-            raise ConfigError(f"a {kind} judge mapping needs a 'url'")
-        url = options.pop("url")
-        return make_judge(f"{kind}:{url}", **{**llm_options, **options})
-    if callable(spec):
-        return spec
-    parsed = parse("judge", spec)
-    if parsed.scheme == "none":
-        return None
-    if parsed.scheme == "rule":
-        return RuleJudge()
-    url = parsed.target
-    if parsed.scheme == "vllm":
-        from opd_gym.models.client import split_base_url
-
-        url = split_base_url(url)[1]
-    return LLMJudge(url, **llm_options)
-
-
-# -- policies --------------------------------------------------------------------------------
-SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
-MODEL = ("dtype", "device", "max_model_len")
-
-
-def make_policy(spec: str, tasks: Sequence[Any], **options: Any) -> Callable[[Any], Any]:
-    """`make(env) -> agent` for a policy spec: one agent per rollout worker.
-
-    `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
-    `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
-    then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
-    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
-    """
-    parsed = parse("policy", spec)
-    options = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
-    if unknown:
-        raise ConfigError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
-    scheme, target = parsed.scheme, parsed.target
-    model_options = sorted(set(options) & set(MODEL))
-    if scheme in ("openai", "vllm") and model_options:
-        raise ConfigError(f"{model_options} are set where the {scheme}: server is started, "
-                          "not by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
-    if scheme == "demo":
-        from opd_gym.agents.demo import DemoAgent
-
-        return lambda env: DemoAgent(tasks)
-    if scheme == "reference":
-        from opd_gym.agents.scripted import ReferenceAgent
-
-        return lambda env: ReferenceAgent(tasks)
-    if scheme == "replay":
-        from opd_gym.agents.policies import ReplayAgent, replay_queues
-        from opd_gym.rollout import read_trajectories
-
-        queues = replay_queues(list(read_trajectories(target)))
-        return lambda env: ReplayAgent(queues)
-    seed = int(options.pop("seed", 0))
-    workers = itertools.count()
-    if scheme in ("hf", *MODEL_NAMES):
-        from opd_gym.agents.hf import TransformersPolicy
-
-        path = target if scheme == "hf" else model_path(scheme)
-        shared = TransformersPolicy(path, seed=seed, **options)  # one model for all workers
-        return lambda env: shared.fork(seed + next(workers))
-    if "max_new_tokens" in options:
-        options["max_tokens"] = options.pop("max_new_tokens")
-    from opd_gym.agents.policies import OpenAIChatPolicy, check_server
-
-    if scheme == "openai":
-        check_server(target)
-        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
-    from opd_gym.agents.vllm import VLLMPolicy
-
-    check_server(target, "/v1/models")
-    return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
-
-
 # -- sandboxes -------------------------------------------------------------------------------
 def sandbox_backend(spec: Any = "auto") -> str:
     """The backend a sandbox spec means here ("auto": docker, else bwrap, else local)."""
@@ -393,14 +249,11 @@ __all__ = [
     "check",
     "known",
     "local_model",
-    "make_judge",
-    "make_policy",
+    "check_teacher_options",
     "make_pool",
     "make_sandbox_factory",
-    "make_teacher",
     "model_path",
     "parse",
-    "check_tokenizers",
     "policy_tokenizer",
     "resolve_model",
     "validate",

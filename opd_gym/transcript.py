@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opd_gym.grading import GradeReport
+from opd_gym.models.tokenizer import render_ids
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.parsing import ToolCall
 
@@ -102,6 +103,19 @@ def messages_for_template(
                 not renders_like_raw(tokenizer, message, raw):
             out[i] = {"role": "assistant", "content": raw}
     return out
+
+
+def prompt_ids(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    tools: Sequence[Message] | None,
+) -> list[int]:
+    """The ids a model is prompted with for the next assistant turn of `messages` (the env's
+    transcript): assistant turns in the form the template renders as the model's own output,
+    `tools` in the prompt, the generation prompt at the end. The ONE rendering shared by the
+    bundled policies, the OPD wrapper's `info["student_prompt"]` and the teacher's context."""
+    return render_ids(tokenizer, messages_for_template(messages, tokenizer), tools,
+                      add_generation_prompt=True)
 
 
 _PROBE: Message = {"role": "user", "content": "."}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the sandbox root filesystem offline (no container registry needed): Debian bookworm
-# minbase with python3, bash and coreutils from this machine's configured Debian mirror, plus the
+# minbase with python3, bash, coreutils and git (repository tasks) from this machine's configured Debian mirror, plus the
 # pinned Python packages of grading-requirements.txt (pytest 8 and friends) installed from the
 # wheel cache that scripts/setup.sh fills (`pip download --require-hashes`), with no network.
 # Usage: build_rootfs.sh OUTDIR   (needs root and debootstrap)
@@ -26,7 +26,7 @@ fi
 [ -n "$mirror" ] || { echo "no Debian mirror found in apt sources; set OPD_GYM_DEBIAN_MIRROR" >&2; exit 2; }
 tmp="$out.partial"
 rm -rf "$tmp"
-debootstrap --variant=minbase --include=python3,procps bookworm "$tmp" "$mirror" >&2
+debootstrap --variant=minbase --include=python3,procps,git bookworm "$tmp" "$mirror" >&2
 # The image's own python3 installs the wheels (chroot), so markers and paths are the image's:
 # /usr/local/lib/python3.11/dist-packages, ahead of Debian's dist-packages on sys.path.
 stage="$tmp/tmp/opd-gym-wheels"

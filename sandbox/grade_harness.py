@@ -1,26 +1,32 @@
 """opd_gym grading harness (version 2): each variant of the hidden tests runs with the solution
-in one plain pytest process, under the agent's uid; outcomes come back through a pipe.
+in one plain pytest process, alone and under a uid of its own; outcomes come back through a pipe.
 
 Started by the host with `python3 -I -c` in the grading sandbox (Docker: as root, whose only
 capabilities are SETUID, SETGID and KILL; bubblewrap/local: as the agent's own uid). It reads
 one JSON request on stdin (see docs and `opd_gym/grading/launch.py`: workspace, agent_uid,
-timeout, ini, args, variants) and writes one JSON verdict line on stdout.
+timeout, ini, args, select, variants) and writes one JSON verdict line on stdout.
 
 How a variant runs. For each variant the harness builds a fresh tree: a copy of the workspace
 without the files that steer collection or start-up (conftest.py, sitecustomize.py,
 usercustomize.py, *.pth, __pycache__/, and __init__.py in directories holding hidden tests),
 with the variant's files laid over it. Trees and the ini file belong to the harness and are
-read-only, under a folder with random names that the agent's uid may enter but not list.
+read-only, under a folder with random names that the variants may enter but not list.
 Before it reads the request, the harness imports pytest (once, for all variants) and forks a
 "zygote" whose memory never holds the request (so no variant can find the other variant's
-tests in it); the zygote forks one child per variant, in random order, which drops to the
-agent's uid (Docker), clears its environment, enters the tree and calls `pytest.main` with the
-task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
-`--continue-on-collection-errors`. A small plugin writes one JSON line per finished test to an
-inherited pipe (fd 3). The harness reads every variant's pipes concurrently with a
-byte cap, kills a variant at its timeout, then kills every process of the agent's uid (and all
-its own descendants), and trusts nothing the children say beyond those lines: a missing line
-is a missing test. Standard library plus pytest (7.2 and 8.x); Python 3.10+.
+tests in it); the zygote forks the variants ONE AT A TIME, in random order. Each drops to its
+own uid (Docker: the agent's uid + 1 + its index; neither owns the workspace, which is closed
+to them while grading), clears its environment, enters the tree and calls `pytest.main` with
+the task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
+`--continue-on-collection-errors` (and, given `select`, only those node ids). A small plugin
+writes one JSON line per started and per finished test to an inherited pipe (fd 3). When a
+variant has exited or passed its timeout (it is killed), every process of its uid is killed
+and, as that uid, everything it left in the shared writable places (/tmp, /dev/shm,
+/dev/mqueue) and its System V IPC objects are removed, before the next variant starts: two
+variants never run side by side, so they share no live channel (sockets, signals, /proc) and
+no file. At the end every process of the agent's and the variants' uids (and all the
+harness's descendants) is killed. The harness trusts nothing the children say beyond those
+lines: a missing line is a missing test; a killed variant reports the tests it was running.
+Standard library plus pytest (7.2 and 8.x); Python 3.10+.
 """
 
 import json
@@ -261,9 +267,20 @@ def outcome_of(reports):
 class Reporter:
     """pytest plugin: one JSON line per finished test (and per collection error) to a fd."""
 
-    def __init__(self, fd):
+    def __init__(self, fd, select=None):
         self.fd = fd
         self.reports = {}
+        self.select = None if select is None else set(select)
+
+    def pytest_collection_modifyitems(self, config, items):
+        """With a selection (a task's exact test ids), every other test is deselected."""
+        if self.select is None:
+            return
+        keep = [item for item in items if item.nodeid in self.select]
+        dropped = [item for item in items if item.nodeid not in self.select]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
 
     def emit(self, entry):
         data = json.dumps(entry).encode("utf-8", "surrogatepass") + b"\n"
@@ -277,6 +294,9 @@ class Reporter:
     def pytest_collectreport(self, report):
         if report.failed:
             self.emit({"collect_error": [str(report.nodeid), _message(report)]})
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.emit({"start": nodeid})  # a variant killed at its deadline names what it ran
 
     def pytest_runtest_logreport(self, report):
         self.reports.setdefault(report.nodeid, {})[report.when] = report
@@ -328,7 +348,8 @@ def run_variant(command, out_fd, result_fd):
         opd_grading.WORKSPACE = tree
         import pytest
 
-        code = int(pytest.main(list(command["pytest_args"]), plugins=[Reporter(RESULT_FD)]))
+        reporter = Reporter(RESULT_FD, command.get("select"))
+        code = int(pytest.main(list(command["pytest_args"]), plugins=[reporter]))
         Reporter(RESULT_FD).emit({"exit": code})
     except BaseException as exc:  # pytest itself broke: say so in the output, never hang
         try:
@@ -349,13 +370,13 @@ def run_variant(command, out_fd, result_fd):
 
 
 def zygote(commands_fd, replies_fd, pipes):
-    """Fork one variant per command line, say each child's pid, then report each exit."""
+    """Fork one variant per command line, one at a time: say the child's pid, wait for it to
+    exit and say its status before reading the next line (variants never run side by side)."""
     import gc
 
     gc.collect()
     gc.freeze()  # shared with the variants as it is: their collections skip it
     replies = os.fdopen(replies_fd, "w", buffering=1)
-    started = {}
     with os.fdopen(commands_fd, "r") as commands:
         for line in commands:
             command = json.loads(line)
@@ -365,45 +386,58 @@ def zygote(commands_fd, replies_fd, pipes):
             if pid == 0:
                 replies.close()
                 run_variant(command, out_w, result_w)
-            started[pid] = slot
             os.close(out_w)
             os.close(result_w)
             pipes[slot] = None
             replies.write(json.dumps({"slot": slot, "pid": pid}) + "\n")
+            while True:
+                try:
+                    done, status = os.waitpid(pid, 0)
+                except ChildProcessError:
+                    done, status = pid, -1
+                except InterruptedError:
+                    continue
+                if done == pid:
+                    break
+            replies.write(json.dumps({"slot": slot, "status": status}) + "\n")
     for fds in pipes:  # slots not used
         if fds is not None:
             os.close(fds[0])
             os.close(fds[1])
-    while started:
-        try:
-            pid, status = os.wait()
-        except ChildProcessError:
-            break
-        if pid in started:
-            replies.write(json.dumps({"slot": started.pop(pid), "status": status}) + "\n")
     replies.close()
     os._exit(0)
 
 
 # -- the harness --------------------------------------------------------------------------
 class AgentProcesses:
-    """Kills what the variants left: every process of the agent's uid, and all descendants."""
+    """Kills what the variants left: every process of the agent's and the variants' uids, and
+    all descendants of the harness.
 
-    def __init__(self, uid):
-        self.uid = uid
+    Processes of the agent's uid that lived before the harness started (its shell in a sandbox
+    that also served an episode) are spared; nothing of a variant uid is.
+    """
+
+    def __init__(self, agent_uid, variant_uids=()):
+        self.uids = {u for u in (agent_uid, *variant_uids) if u is not None}
         self.me = os.getpid()
-        self.spared = set(self._of_uid()) if uid is not None else set()
+        self.spared = set()
+        if agent_uid is not None:
+            self.spared = {p for p, (uid, _, _) in self._table().items() if uid == agent_uid}
 
     @staticmethod
     def _stat(pid):
-        """(uid, ppid, state) of a live process, None if gone."""
+        """(real uid, ppid, state) of a live process, None if gone. The uid comes from
+        /proc/<pid>/status: /proc/<pid> of a non-dumpable process belongs to root."""
         try:
-            uid = os.stat(f"/proc/{pid}").st_uid
             with open(f"/proc/{pid}/stat", "rb") as fh:
                 fields = fh.read().rpartition(b")")[2].split()
-            return uid, int(fields[1]), fields[0]
+            with open(f"/proc/{pid}/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        return int(line.split()[1]), int(fields[1]), fields[0]
         except (OSError, IndexError, ValueError):
-            return None
+            pass
+        return None
 
     def _table(self):
         table = {}
@@ -414,11 +448,8 @@ class AgentProcesses:
                     table[int(name)] = info
         return table
 
-    def _of_uid(self):
-        return [p for p, (uid, _, state) in self._table().items()
-                if uid == self.uid and state != b"Z"]
-
-    def targets(self):
+    def targets(self, uids, spare=()):
+        """Live processes of `uids` and descendants of the harness, but not `spare`."""
         table = self._table()
         children = {}
         for pid, (_, ppid, _) in table.items():
@@ -426,21 +457,21 @@ class AgentProcesses:
         found, stack = set(), [self.me]
         while stack:
             for child in children.get(stack.pop(), []):
-                if child not in found:
+                if child not in found and child not in spare:
                     found.add(child)
                     stack.append(child)
-        if self.uid is not None:
-            found.update(p for p, (uid, _, _) in table.items() if uid == self.uid)
-        return [p for p in found if p not in self.spared and p not in (1, self.me)
-                and table.get(p, (0, 0, b"Z"))[2] != b"Z"]
+        found.update(p for p, (uid, _, _) in table.items() if uid in uids)
+        return [p for p in found if p not in self.spared and p not in spare
+                and p not in (1, self.me) and table.get(p, (0, 0, b"Z"))[2] != b"Z"]
 
-    def kill_all(self):
+    def kill(self, uids, spare=()):
+        """SIGKILL until none is left (a fork loop can add processes while we kill)."""
         import signal
         import time
 
-        for _ in range(200):  # repeat: a fork loop can add processes while we kill
+        for _ in range(200):
             reap()
-            pids = self.targets()
+            pids = self.targets(set(uids), set(spare))
             if not pids:
                 break
             for pid in pids:
@@ -450,6 +481,115 @@ class AgentProcesses:
                     pass
             time.sleep(0.005)
         reap()
+
+    def kill_all(self):
+        self.kill(self.uids)
+
+
+SHARED_PLACES = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run/lock")  # and tempfile's /tmp
+
+
+def as_user(uid, action, *args, limit=60.0):
+    """Run `action(*args)` in a child that dropped to `uid` (root harness only); wait for it."""
+    import signal
+    import time
+
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            import ctypes
+
+            ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: it holds the request
+            action(*args)
+            code = 0
+        except BaseException:
+            pass
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + limit
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return status == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.002)
+
+
+def remove_owned(uid, places):
+    """As `uid`: delete what it owns in the shared writable places and its SysV IPC objects.
+
+    Runs between variants, so nothing one variant leaves (files in /tmp or /dev/shm, POSIX
+    queues, shared memory segments) is there for the next one to read.
+    """
+    import shutil
+
+    def unlock(_func, path, _exc):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+
+    for place in places:
+        try:
+            entries = list(os.scandir(place))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    os.chmod(entry.path, 0o700)
+                    for _ in range(3):
+                        shutil.rmtree(entry.path, onerror=unlock)
+                        if not os.path.lexists(entry.path):
+                            break
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+    remove_ipc(uid)
+
+
+def remove_ipc(uid):
+    """Remove the System V shared memory, semaphores and queues that `uid` owns or created."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    ipc_rmid = 0
+    calls = {"shm": lambda i: libc.shmctl(i, ipc_rmid, None),
+             "sem": lambda i: libc.semctl(i, 0, ipc_rmid),
+             "msg": lambda i: libc.msgctl(i, ipc_rmid, None)}
+    for kind, remove in calls.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                header, *rows = fh.read().splitlines()
+        except (OSError, ValueError):
+            continue
+        names = header.split()
+        try:
+            at_id, at_uid, at_cuid = names.index(f"{kind}id" if kind != "msg" else "msqid"), \
+                names.index("uid"), names.index("cuid")
+        except ValueError:
+            continue
+        for row in rows:
+            cells = row.split()
+            try:
+                if uid in (int(cells[at_uid]), int(cells[at_cuid])):
+                    remove(int(cells[at_id]))
+            except (IndexError, ValueError):
+                pass
 
 
 def reap():
@@ -597,6 +737,7 @@ class Variant:
         self.tests = {}
         self.order = []
         self.collect_errors = []
+        self.running = {}  # started, not finished: what a killed variant was running
         self.exit = None
 
     def feed_output(self, chunk):
@@ -628,12 +769,17 @@ class Variant:
             if not (isinstance(nodeid, str) and outcome in OUTCOMES and isinstance(message, str)):
                 return
             message = message[:MESSAGE_CHARS]
+            self.running.pop(nodeid, None)
             if nodeid in self.tests:
                 if self.tests[nodeid][0] != outcome:
                     self.tests[nodeid] = ("error", "conflicting reports for this test")
                 return
             self.tests[nodeid] = (outcome, message)
             self.order.append(nodeid)
+        elif "start" in entry:
+            if isinstance(entry["start"], str) and entry["start"] not in self.tests \
+                    and len(self.running) < 100:
+                self.running[entry["start"]] = True
         elif "collect_error" in entry:
             pair = entry["collect_error"]
             if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
@@ -649,6 +795,7 @@ class Variant:
             "collect_errors": self.collect_errors,
             "exit": self.exit if self.exit is not None else -1,
             "timed_out": self.timed_out,
+            "running": list(self.running)[-10:],
             "output": output,
         }
 
@@ -667,24 +814,58 @@ def read_available(fd, limit):
     return bytes(data)
 
 
-def supervise(variants, replies_fd, timeout):
-    """Read every variant's pipes until all have exited; kill those past their deadline."""
-    import select
-    import signal
-    import time
+class Supervisor:
+    """Reads the zygote's replies and one variant's pipes at a time; kills it at its deadline."""
 
-    by_slot = {v.slot: v for v in variants}
-    replies = bytearray()
-    open_fds = {replies_fd: None}
-    for v in variants:
-        open_fds[v.out_r] = (v, "out")
-        open_fds[v.result_r] = (v, "result")
-    for fd in open_fds:
-        os.set_blocking(fd, False)
-    zygote_done = False
-    while True:
-        now = time.monotonic()
-        for v in variants:
+    def __init__(self, replies_fd, timeout):
+        self.fd = replies_fd
+        self.timeout = timeout
+        self.buffer = bytearray()
+        self.zygote_done = False
+        os.set_blocking(replies_fd, False)
+
+    def _replies(self, v):
+        import time
+
+        chunk = read_available(self.fd, 1 << 16)
+        if chunk is None:
+            self.zygote_done = True
+            return
+        self.buffer += chunk
+        *lines, rest = bytes(self.buffer).split(b"\n")
+        self.buffer = bytearray(rest)
+        for line in lines:
+            reply = json.loads(line)
+            if reply.get("slot") != v.slot:
+                continue
+            if "pid" in reply:
+                v.pid = reply["pid"]
+                v.deadline = time.monotonic() + self.timeout
+            else:
+                v.status = reply["status"]
+
+    @staticmethod
+    def _feed(v, fd, kind):
+        """Read what `fd` has; False at EOF or past the byte cap."""
+        limit = MAX_OUTPUT_BYTES - v.output_bytes if kind == "out" \
+            else MAX_RESULT_BYTES - v.result_bytes
+        chunk = read_available(fd, max(limit, 0))
+        if chunk is None or limit <= 0:
+            return False
+        (v.feed_output if kind == "out" else v.feed_result)(chunk)
+        return True
+
+    def run(self, v):
+        """Until variant `v` (already requested from the zygote) has exited."""
+        import select
+        import signal
+        import time
+
+        open_fds = {v.out_r: "out", v.result_r: "result"}
+        for fd in open_fds:
+            os.set_blocking(fd, False)
+        while True:
+            now = time.monotonic()
             if v.deadline is not None and v.status is None and not v.timed_out \
                     and now >= v.deadline:
                 v.timed_out = True
@@ -693,53 +874,23 @@ def supervise(variants, replies_fd, timeout):
                         kill(v.pid, signal.SIGKILL)
                     except OSError:
                         pass
-        if zygote_done and all(v.status is not None for v in variants):
-            break
-        deadlines = [v.deadline for v in variants if v.deadline and v.status is None
-                     and not v.timed_out]
-        wait = min([d - now for d in deadlines] + [1.0])
-        ready, _, _ = select.select(list(open_fds), [], [], max(wait, 0.0))
-        for fd in ready:
-            owner = open_fds.get(fd)
-            if owner is None:  # the zygote's replies
-                chunk = read_available(fd, 1 << 16)
-                if chunk is None:
+            if v.status is None and self.zygote_done:
+                v.status = -1  # the zygote is gone: nothing more will start or end
+            if v.status is not None:
+                break
+            wait = 1.0
+            if v.deadline is not None and not v.timed_out:
+                wait = min(max(v.deadline - now, 0.0), 1.0)
+            ready, _, _ = select.select([self.fd, *open_fds], [], [], wait)
+            for fd in ready:
+                if fd == self.fd:
+                    self._replies(v)
+                elif not self._feed(v, fd, open_fds[fd]):
                     del open_fds[fd]
-                    zygote_done = True
-                    for v in variants:  # the zygote is gone: nothing more will start or end
-                        if v.status is None:
-                            v.status = -1
-                    continue
-                replies += chunk
-                *lines, rest = bytes(replies).split(b"\n")
-                replies = bytearray(rest)
-                for line in lines:
-                    reply = json.loads(line)
-                    v = by_slot[reply["slot"]]
-                    if "pid" in reply:
-                        v.pid = reply["pid"]
-                        v.deadline = time.monotonic() + timeout
-                    else:
-                        v.status = reply["status"]
-                continue
-            v, kind = owner
-            limit = MAX_OUTPUT_BYTES - v.output_bytes if kind == "out" \
-                else MAX_RESULT_BYTES - v.result_bytes
-            chunk = read_available(fd, max(limit, 0))
-            if chunk is None or limit <= 0:
-                del open_fds[fd]
-                os.close(fd)
-                continue
-            (v.feed_output if kind == "out" else v.feed_result)(chunk)
-    for fd, owner in list(open_fds.items()):  # what was written before each exit
-        if owner is not None:
-            v, kind = owner
-            limit = MAX_OUTPUT_BYTES - v.output_bytes if kind == "out" \
-                else MAX_RESULT_BYTES - v.result_bytes
-            chunk = read_available(fd, max(limit, 0))
-            if chunk:
-                (v.feed_output if kind == "out" else v.feed_result)(chunk)
-        os.close(fd)
+                    os.close(fd)
+        for fd, kind in open_fds.items():  # what was written before the exit
+            self._feed(v, fd, kind)
+            os.close(fd)
 
 
 def prewarm():
@@ -788,8 +939,11 @@ def prewarm():
 
 
 def pytest_args(tree, ini_path, args):
+    # --tb=native: a canary variant fails hundreds of tests, and pytest's long style re-parses
+    # the whole test module to show each failure's source (minutes on more-itertools); the
+    # native traceback reads no source and changes no outcome. A task's own args come last.
     return ["-c", ini_path, "--rootdir", tree, "--confcutdir", tree, "-p", "no:cacheprovider",
-            "--continue-on-collection-errors", *args]
+            "--continue-on-collection-errors", "--tb=native", *args]
 
 
 def main():
@@ -834,9 +988,16 @@ def main():
     uid = request.get("agent_uid")
     timeout = float(request["timeout"])
     workspace = os.path.realpath(request["workspace"])
-    processes = AgentProcesses(uid)
+    # Each variant has a uid of its own (Docker): neither can signal, trace or read the
+    # other's /proc, and neither is the workspace's owner.
+    uids = [uid + 1 + i if uid is not None else None for i in range(len(variants_in))]
+    processes = AgentProcesses(uid, uids)
+    if uid is not None:
+        processes.kill(set(uids), spare={zygote_pid})  # nothing of a variant uid waits
     verdict = None
     tmp = tempfile.gettempdir()
+    places = [tmp, *SHARED_PLACES]
+    workspace_mode = None
     base = tempfile.mkdtemp(prefix="opd-grade-", dir=tmp)
     try:
         os.chmod(base, 0o711)  # the agent may enter what it is told of, never list it
@@ -845,22 +1006,25 @@ def main():
         # (`pythonpath = src`, `testpaths`) relative to the ini file's folder, as in the project.
         ini_name = f".opd-pytest-{token()}.ini"
         ini_text = request.get("ini") or "[pytest]\n"
-        opd_dir = os.path.join(base, token())
-        os.mkdir(opd_dir, 0o755)
-        with open(os.path.join(opd_dir, "opd_grading.py"), "w", encoding="utf-8") as fh:
-            fh.write(OPD_GRADING_SOURCE)
-        freeze(opd_dir)
         skipped = []
         test_dirs = set()
         for variant in variants_in:
             for rel in variant["files"]:
                 test_dirs.add(rel.rpartition("/")[0])
-        trees, first = [], None
+        # Separate uids get separate copies of everything they read (no shared inode whose
+        # access time one variant could set and the other read); one uid shares hard links.
+        trees, opd_dirs, first = [], [], None
         for _ in variants_in:
+            opd_dir = os.path.join(base, token())
+            os.mkdir(opd_dir, 0o755)
+            with open(os.path.join(opd_dir, "opd_grading.py"), "w", encoding="utf-8") as fh:
+                fh.write(OPD_GRADING_SOURCE)
+            freeze(opd_dir)
+            opd_dirs.append(opd_dir)
             tree = os.path.join(base, token())
             os.mkdir(tree, 0o755)
-            if first is None:
-                copy_workspace(workspace, tree, test_dirs, skipped)
+            if first is None or uid is not None:
+                copy_workspace(workspace, tree, test_dirs, skipped if first is None else [])
                 first = tree
             else:
                 link_tree(first, tree)
@@ -870,7 +1034,13 @@ def main():
             overlay(tree, {ini_name: ini_text})
         for tree in trees:
             freeze(tree)
+        if uid is not None:  # the variants may not even read the agent's workspace
+            workspace_mode = os.stat(workspace).st_mode & 0o7777
+            as_user(uid, os.chmod, workspace, 0o700)
         args = [str(a) for a in request.get("args") or []]
+        select = request.get("select")
+        if select is not None:
+            select = [str(i) for i in select]
         path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
         variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(trees))]
         for i in range(len(trees), MAX_VARIANTS):
@@ -878,17 +1048,24 @@ def main():
             os.close(pipes[i][1][0])
         order = list(range(len(trees)))
         random.SystemRandom().shuffle(order)
-        lines = []
+        lines = {}
         for i in order:
-            lines.append(json.dumps({
-                "slot": i, "tree": trees[i], "uid": uid, "tmp": tmp, "path": path,
-                "opd_dir": opd_dir,
+            lines[i] = json.dumps({
+                "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
+                "opd_dir": opd_dirs[i], "select": select,
                 "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
-            }) + "\n")
+            }) + "\n"
         del request, variants_in
-        os.write(commands_w, "".join(lines).encode("utf-8", "surrogatepass"))
+        supervisor = Supervisor(replies_r, timeout)
+        zygote_alive = {zygote_pid}
+        for i in order:  # one variant at a time: none is alive while another runs
+            os.write(commands_w, lines[i].encode("utf-8", "surrogatepass"))
+            supervisor.run(variants[i])
+            processes.kill({uids[i]} - {None}, spare=zygote_alive)
+            if uids[i] is not None:
+                as_user(uids[i], remove_owned, uids[i], places)
         os.close(commands_w)
-        supervise(variants, replies_r, timeout)
+        commands_w = None
         processes.kill_all()
         verdict = {"version": 2, "variants": [v.verdict() for v in variants]}
         if skipped:
@@ -898,6 +1075,11 @@ def main():
     finally:
         try:
             processes.kill_all()
+            for variant_uid in uids:
+                if variant_uid is not None:
+                    as_user(variant_uid, remove_owned, variant_uid, places)
+            if workspace_mode is not None:
+                as_user(uid, os.chmod, workspace, workspace_mode)
         except Exception:
             pass
         thaw_and_remove(base)

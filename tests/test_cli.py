@@ -245,9 +245,9 @@ def test_tool_format_travels_in_the_run_config(tiny_model_path, tmp_path):
     """`--tool-format` becomes the run config's `tool_format`, which builds the env stack; the
     gym registry is never edited (Ray workers in other processes could not see that)."""
     import gymnasium as gym
+    from model_families import family_tokenizer_dir
 
     from opd_gym.cli import _tool_format_name
-    from opd_gym.models.families import family_tokenizer_dir
     from opd_gym.rollout import RolloutConfig
     from opd_gym.runs.core import build_env
     from opd_gym.sandboxes import make_pool

@@ -1,13 +1,15 @@
-"""The one spec registry: round-trips from spec strings to real objects, clear refusals that
-list the known specs, and the old entry points forwarding to it."""
+"""The one spec registry: round-trips from spec strings to real objects (built where each
+object lives: teachers, judges, policies), clear refusals that list the known specs."""
 
 from __future__ import annotations
 
 import pytest
 
 from opd_gym import specs
+from opd_gym.agents.policies import make_policy
 from opd_gym.errors import ConfigError
-from opd_gym.opd.judges import LLMJudge, RuleJudge
+from opd_gym.opd.judges import LLMJudge, RuleJudge, make_judge
+from opd_gym.opd.teachers import make_teacher
 from opd_gym.tasks.suite import load_suite
 
 
@@ -53,15 +55,15 @@ def test_unknown_specs_list_the_known_ones(kind, spec, message):
 
 
 def test_teachers_from_specs_mappings_and_objects(tiny_model_path):
-    teacher = specs.make_teacher(f"hf:{tiny_model_path}", dtype="float64")
+    teacher = make_teacher(f"hf:{tiny_model_path}", dtype="float64")
     assert str(teacher.model.dtype) == "torch.float64"
-    assert specs.make_teacher(teacher) is teacher  # objects pass through
-    mapped = specs.make_teacher({"spec": f"hf:{tiny_model_path}", "chunk_rows": 8})
+    assert make_teacher(teacher) is teacher  # objects pass through
+    mapped = make_teacher({"spec": f"hf:{tiny_model_path}", "chunk_rows": 8})
     assert mapped.vocab_size == teacher.vocab_size
     with pytest.raises(ConfigError, match="need a spec, not a teacher object"):
-        specs.make_teacher(teacher, dtype="float32")
+        make_teacher(teacher, dtype="float32")
     with pytest.raises(ConfigError, match="a vllm: server sets it"):
-        specs.make_teacher("vllm:http://127.0.0.1:9", dtype="float32")
+        make_teacher("vllm:http://127.0.0.1:9", dtype="float32")
     specs.check_teacher_options("vllm:http://127.0.0.1:9", {"max_in_flight": 2})  # client
 
 
@@ -78,39 +80,39 @@ def test_the_tiny_name_is_the_locally_built_model(tiny_model_path):
 
 
 def test_judges_from_specs():
-    assert isinstance(specs.make_judge("rule"), RuleJudge)
-    assert specs.make_judge("none") is None and specs.make_judge(None) is None
+    assert isinstance(make_judge("rule"), RuleJudge)
+    assert make_judge("none") is None and make_judge(None) is None
 
     def fn(turn, next_state):
         return None
 
-    assert specs.make_judge(fn) is fn
-    llm = specs.make_judge("openai:http://127.0.0.1:9/v1", votes=5, rule="any")
+    assert make_judge(fn) is fn
+    llm = make_judge("openai:http://127.0.0.1:9/v1", votes=5, rule="any")
     assert isinstance(llm, LLMJudge) and (llm.votes, llm.rule) == (5, "any")
     assert llm.base_url == "http://127.0.0.1:9/v1"
-    served = specs.make_judge("vllm:http://127.0.0.1:9")  # a vLLM server root: API under /v1
+    served = make_judge("vllm:http://127.0.0.1:9")  # a vLLM server root: API under /v1
     assert served.base_url == "http://127.0.0.1:9/v1"
-    mapped = specs.make_judge({"type": "openai", "url": "http://127.0.0.1:9/v1", "votes": 2},
+    mapped = make_judge({"type": "openai", "url": "http://127.0.0.1:9/v1", "votes": 2},
                               votes=5)
     assert mapped.votes == 2  # the mapping's own options win over defaults
     for judge in (llm, served, mapped):
         judge.close()
     with pytest.raises(ConfigError, match="unknown vote rule 'most'"):
-        specs.make_judge("openai:http://127.0.0.1:9/v1", rule="most")
+        make_judge("openai:http://127.0.0.1:9/v1", rule="most")
 
 
 def test_policies_from_specs_and_option_checks():
     tasks = load_suite()
-    agent = specs.make_policy("reference", tasks)(None)
+    agent = make_policy("reference", tasks)(None)
     assert type(agent).__name__ == "ReferenceAgent"
     with pytest.raises(ConfigError, match="unknown policy option"):
-        specs.make_policy("demo", tasks, beam_width=4)
+        make_policy("demo", tasks, beam_width=4)
     with pytest.raises(ConfigError, match="not by the policy"):
-        specs.make_policy("vllm:http://127.0.0.1:9", tasks, dtype="float32")
+        make_policy("vllm:http://127.0.0.1:9", tasks, dtype="float32")
     from opd_gym.errors import ModelError
 
     with pytest.raises(ModelError, match="cannot reach the policy server"):
-        specs.make_policy("openai:http://127.0.0.1:9/v1", tasks)
+        make_policy("openai:http://127.0.0.1:9/v1", tasks)
 
 
 @pytest.mark.filterwarnings("ignore:opd_gym local sandbox:RuntimeWarning")
@@ -123,17 +125,14 @@ def test_sandbox_specs_go_through_the_factory():
         assert sandbox.run("echo hi").output.strip() == "hi"
 
 
-def test_old_entry_points_forward_to_the_registry(tiny_model_path):
+def test_builders_refuse_unknown_specs_through_the_registry(tiny_model_path):
     from opd_gym.agents.policies import make_agent_factory
-    from opd_gym.opd.judges import make_judge
-    from opd_gym.opd.teachers import make_teacher
-    from opd_gym.opd.wrapper import resolve_teacher
     from opd_gym.viewer import load_tokenizer
 
     with pytest.raises(ConfigError, match="unknown teacher scheme 'nope'"):
         make_teacher("nope:x")
     with pytest.raises(ConfigError, match="unknown teacher spec"):
-        resolve_teacher("magic")
+        make_teacher("magic")
     with pytest.raises(ConfigError, match="unknown judge spec"):
         make_judge("magic")
     with pytest.raises(ConfigError, match="unknown policy spec"):

@@ -21,6 +21,8 @@ from opd_gym.transcript import messages_for_template
 class TeacherForcedPolicy:
     """Emits `texts` in turn (cycling), returning exact prompt ids, ids and model logprobs."""
 
+    logprob_temperature: float | None = None  # forced text: no sampling temperature (TokenPolicy)
+
     def __init__(
         self,
         model: Any,

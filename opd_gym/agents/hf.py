@@ -15,7 +15,7 @@ from typing import Any
 
 from opd_gym.actions import TokenText
 from opd_gym.errors import ConfigError
-from opd_gym.models.tokenizer import prompt_ids
+from opd_gym.transcript import prompt_ids
 
 
 class TransformersPolicy:

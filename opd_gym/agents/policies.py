@@ -1,8 +1,10 @@
-"""Policies the registry builds from spec strings (`opd_gym.specs.make_policy`): the replay
-agent and the OpenAI-compatible chat policy; `make_agent_factory` is the old entry point."""
+"""Policies built from spec strings: `make_policy(spec, tasks)` gives the `make(env) -> agent`
+factory a runner calls once per worker (scripted, replayed, local transformers, served). The
+replay agent and the OpenAI-compatible chat policy live here too."""
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -11,7 +13,7 @@ from opd_gym.actions import TokenText
 from opd_gym.agents.scripted import SUBMIT_CALL
 from opd_gym.errors import ConfigError, DatasetError, ModelError
 from opd_gym.models.client import ModelUnavailable
-from opd_gym.runs.schema import EpisodeRow
+from opd_gym.runs.schema import EpisodeRow  # the row format (records layer, below agents)
 from opd_gym.tasks.model import Task
 from opd_gym.transcript import RAW
 
@@ -34,7 +36,7 @@ class ReplayAgent:
 
     @classmethod
     def from_file(cls, path: str) -> ReplayAgent:
-        from opd_gym.runs import RunDirectory
+        from opd_gym.runs.directory import RunDirectory
 
         return cls(replay_queues(list(RunDirectory(path).require().rows())))
 
@@ -152,8 +154,60 @@ def check_server(base_url: str, path: str = "/models", timeout: float = 10.0) ->
                                    "is it running, and is the URL right?") from None
 
 
-def make_agent_factory(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
-    """`make(env) -> agent` for a policy spec (forwards to `opd_gym.specs.make_policy`)."""
-    from opd_gym.specs import make_policy
+SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
+MODEL = ("dtype", "device", "max_model_len")
 
-    return make_policy(spec, tasks, **options)
+
+def make_policy(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
+    """`make(env) -> agent` for a policy spec: one agent per rollout worker.
+
+    `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
+    `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
+    then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
+    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
+    """
+    from opd_gym import specs
+
+    parsed = specs.parse("policy", spec)
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
+    if unknown:
+        raise ConfigError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
+    scheme, target = parsed.scheme, parsed.target
+    model_options = sorted(set(options) & set(MODEL))
+    if scheme in ("openai", "vllm") and model_options:
+        raise ConfigError(f"{model_options} are set where the {scheme}: server is started, "
+                          "not by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
+    if scheme == "demo":
+        from opd_gym.agents.demo import DemoAgent
+
+        return lambda env: DemoAgent(tasks)
+    if scheme == "reference":
+        from opd_gym.agents.scripted import ReferenceAgent
+
+        return lambda env: ReferenceAgent(tasks)
+    if scheme == "replay":
+        from opd_gym.runs.directory import read_trajectories
+
+        queues = replay_queues(list(read_trajectories(target)))
+        return lambda env: ReplayAgent(queues)
+    seed = int(options.pop("seed", 0))
+    workers = itertools.count()
+    if scheme in ("hf", *specs.MODEL_NAMES):
+        from opd_gym.agents.hf import TransformersPolicy
+
+        path = target if scheme == "hf" else specs.model_path(scheme)
+        shared = TransformersPolicy(path, seed=seed, **options)  # one model for all workers
+        return lambda env: shared.fork(seed + next(workers))
+    if "max_new_tokens" in options:
+        options["max_tokens"] = options.pop("max_new_tokens")
+    if scheme == "openai":
+        check_server(target)
+        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
+    from opd_gym.agents.vllm import VLLMPolicy
+
+    check_server(target, "/v1/models")
+    return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
+
+
+make_agent_factory = make_policy  # the name runners and docs have used

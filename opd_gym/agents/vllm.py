@@ -19,8 +19,8 @@ from typing import Any
 from opd_gym.actions import TokenText
 from opd_gym.errors import ConfigError
 from opd_gym.models.client import ModelClient, ModelUnavailable
-from opd_gym.models.tokenizer import prompt_ids as render_prompt
 from opd_gym.models.tokenizer import served_tokenizer
+from opd_gym.transcript import prompt_ids as render_prompt
 
 
 class VLLMPolicy:

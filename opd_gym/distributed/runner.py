@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opd_gym.errors import ConfigError, OPDGymError
-from opd_gym.rollout import FROM_CONFIG, _opd_config, _progress
 from opd_gym.runs import EpisodeRow, RunDirectory, RunSummary
 from opd_gym.runs.config import RolloutConfig, plain_config
-from opd_gym.runs.core import mark_interrupted
+from opd_gym.runs.core import FROM_CONFIG, EpisodeOutcome, RowSink, mark_interrupted, opd_config
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
+from opd_gym.runs.progress import Progress
 from opd_gym.tasks.resolve import resolve_tasks
 
 SERVED_TEACHERS = ("vllm:", "openai:")  # a server URL: every worker talks to it directly
@@ -110,7 +110,7 @@ class RayRollout:
         self.config = config
         self.make_agent = make_agent
         self.options = options or RayOptions()
-        self.opd_config = _opd_config(config, teacher, judge) if config.opd else None
+        self.opd_config = opd_config(config, teacher, judge) if config.opd else None
         self.tasks = resolve_tasks(config.tasks)
         self.task_ids = list(config.task_ids or [t.id for t in self.tasks])
         if not self.task_ids:
@@ -330,9 +330,8 @@ class RayRollout:
                     continue
                 reported.add(episode)
                 self.stats.per_worker[index] = self.stats.per_worker.get(index, 0) + 1
-                raw = result.get("row")
-                row = EpisodeRow.from_dict(raw) if raw else None
-                yield EpisodeResult(episode, row, result.get("error"), attempt, index)
+                outcome = EpisodeOutcome.from_dict(result)
+                yield EpisodeResult(episode, outcome.row, outcome.error, attempt, index)
 
     def _lost(self, index: int) -> None:
         """A worker died: count it once and watch for Ray's restart with a ping."""
@@ -372,41 +371,26 @@ class RayRollout:
         run = RunDirectory(config.out_dir)
         done = run.open_for_run(resume=config.resume)
         todo = [i for i in range(config.episodes) if i not in done]
-        live = RunSummary()
-        failures: list[str] = []
         started = time.perf_counter()
-        bar = _progress(len(todo), progress)
+        bar = Progress(len(todo), progress)
+        sink = RowSink(run, on_episode=on_episode, progress=bar)
         in_flight = self.options.workers * self.options.episodes_per_worker
         stop = Interrupt(grace, running=lambda: min(in_flight, len(todo)))
         aborted = False
         with stop.installed():
             try:
                 for result in self.play(todo, stop=stop):
-                    row = result.row
-                    if result.error is not None:
-                        if not stop.cancelled.is_set():
-                            failures.append(f"episode {result.episode}: {result.error}")
-                        if row is not None:
-                            row.finished = False
-                            row.extra["error"] = result.error
-                    if row is None:
-                        continue
-                    if stop.cancelled.is_set():
-                        row = mark_interrupted(row)
-                    run.append(row)
-                    if row.played:
-                        metrics = live.count(row)
-                        data = row.to_dict()
-                        if on_episode is not None:
-                            on_episode(data, metrics)
-                        bar(data)
+                    row, error = result.row, result.error
+                    if stop.cancelled.is_set():  # ended on a closed sandbox: not a result
+                        row, error = (None if row is None else mark_interrupted(row)), None
+                    sink(EpisodeOutcome(result.episode, row, error))
             except KeyboardInterrupt:  # the second Ctrl-C: abort now
                 aborted = True
                 stop.cancel()
             finally:
                 bar.close()
         summary = RunSummary.of_rows(
-            run.episodes(), repeat=config.repeat, skipped=len(done), failures=failures,
+            run.episodes(), repeat=config.repeat, skipped=len(done), failures=sink.failures,
             config=plain_config(config),
             seconds=time.perf_counter() - started,
             interrupted=aborted or stop.deadline is not None)

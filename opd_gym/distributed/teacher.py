@@ -19,9 +19,9 @@ class TeacherService:
     """Holds one teacher (built from a spec or given as an object) and scores for all workers."""
 
     def __init__(self, teacher: Any, options: Mapping[str, Any] | None = None) -> None:
-        from opd_gym import specs
+        from opd_gym.opd.teachers import make_teacher
 
-        self.teacher = specs.make_teacher(teacher, **dict(options or {}))
+        self.teacher = make_teacher(teacher, **dict(options or {}))
         self._owned = self.teacher is not teacher
 
     def describe(self) -> dict[str, Any]:
@@ -44,9 +44,10 @@ class TeacherService:
 
     def close(self) -> None:
         """Close the teacher if this service built it."""
-        close = getattr(self.teacher, "close", None)
-        if self._owned and callable(close):
-            close()
+        from opd_gym.agents.base import close
+
+        if self._owned:
+            close(self.teacher)
 
 
 class RemoteTeacher:

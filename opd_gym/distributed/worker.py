@@ -3,7 +3,7 @@
 The actor is threaded (`max_concurrency` = episodes in flight); each thread takes a slot (an
 env stack and an agent, built on first use) so several episodes run at once. It receives the
 whole run config and builds and plays episodes with the same core as the local runner
-(`opd_gym.runs.core`: `build_env`, `play_episode`), so the same seeds give the same episodes
+(`opd_gym.runs.core`: `build_env`, `play`), so the same seeds give the same episodes
 and flags such as the tool-call format hold here too. The finished row goes back to the
 driver, which alone writes the run directory.
 
@@ -72,21 +72,16 @@ class RolloutWorker:
         return slot
 
     def play(self, episode: int, task_id: str, seed: int) -> dict[str, Any]:
-        """Play one episode: {"episode", "row"} or {"episode", "error", "row": partial|None}."""
-        from opd_gym.runs.core import play_episode
+        """Play one episode: its `EpisodeOutcome` as plain data (the row, or the partial row
+        and the error), played by the same core as the local runner (`runs.core.play`)."""
+        from opd_gym.runs.core import play
 
         recorder, agent = self._slot()
         try:
-            row = play_episode(recorder, agent, episode, task_id, seed).to_dict()
-            self.episodes_played += 1
-            return {"episode": episode, "row": row}
-        except Exception as exc:  # one broken episode must not end the run (as locally)
-            partial = None
-            try:
-                partial = recorder.record(finished=False)
-            except Exception:
-                partial = None
-            return {"episode": episode, "error": f"{type(exc).__name__}: {exc}", "row": partial}
+            outcome = play(recorder, agent, episode, task_id, seed)
+            if outcome.error is None:
+                self.episodes_played += 1
+            return outcome.to_dict()
         finally:
             self._free.put((recorder, agent))
 
@@ -109,13 +104,13 @@ class RolloutWorker:
 
     def close(self) -> None:
         """Close agents, envs and the sandbox pool (containers go)."""
+        from opd_gym.agents.base import close
+
         for slot in self._made:
             if slot is None:
                 continue
             recorder, agent = slot
-            close = getattr(agent, "close", None)
-            if callable(close):
-                close()
+            close(agent)
             recorder.close()
         self._made.clear()
         self.pool.close()

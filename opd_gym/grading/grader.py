@@ -1,20 +1,25 @@
 """Grade an agent's work: its files in a fresh sandbox, the hidden tests run twice with canaries.
 
 The snapshot of the agent's workspace is written into a new sandbox from the pool; the harness
-(`sandbox/grade_harness.py`) then runs two variants of the hidden tests there, each a plain
-pytest process with the agent's code in it. For each test one variant holds the real test and
-the other its canary (the same test with one expectation perturbed, see canary.py); the host
-alone knows which. An honest solution passes the real test and fails the canary; a test that
-passes together with its valid canary exposes a forgery and zeroes the score.
+(`sandbox/grade_harness.py`) then runs two variants of the hidden tests there, one after the
+other, each a plain pytest process with the agent's code in it under a uid of its own. For
+each test one variant holds the real test and the other its canary (the same test with one
+expectation perturbed, see canary.py); the host alone knows which. An honest solution passes
+the real test and fails the canary; a test that passes together with its valid canary exposes
+a forgery and zeroes the score.
 
 Per task (content hash) and Grader, a calibration runs once: the reference solution with the
 same canaries (canaries it passes are invalid, their tests become gates) and the untouched
-starter (tests it passes become gates). No test run, a timeout, an incomplete verdict, or a
-failed calibration all count as failure; the machinery's own failures are flagged infra errors.
+starter (tests it passes become gates). A canary that hangs the reference's run (it fails
+before the test releases a lock) while the reference passes the real test is dropped and the
+calibration runs again (at most HUNG_CANARY_RETRIES times): that test becomes a gate. No test
+run, a timeout, an incomplete verdict, or a failed calibration all count as failure; the
+machinery's own failures are flagged infra errors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -48,6 +53,8 @@ from opd_gym.tasks.model import Task
 
 GRADE_DIR = launch.GENERIC_DIR
 HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (start-up, pytest)
+VARIANTS = 2  # the harness runs them one after the other, each with the task's timeout
+HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
 
 
 class SandboxSource(Protocol):
@@ -155,16 +162,26 @@ class Grader:
     def _calibrate(self, task: Task, key: str) -> Calibration:
         canaries = make_canaries(task.tests, test_paths(task), seed_for(self._secret, key))
         starter = {p: t.encode() for p, t in task.files.items()}
-        starter_run, _ = self._run(task, select_files(task, starter)[0], canaries,
-                                   calibrating="the untouched starter")
-        starter_passed = frozenset(
-            i for i, (o, _) in starter_run.real.items() if o in PASSING
-        ) if not starter_run.reason else frozenset()
-        if not task.solution:
-            return Calibration(canaries, starter_passed=starter_passed)
         reference = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
-        ref_run, _ = self._run(task, select_files(task, reference)[0], canaries,
-                               calibrating="the reference solution")
+        for attempt in range(HUNG_CANARY_RETRIES + 1):
+            starter_run, _ = self._run(task, select_files(task, starter)[0], canaries,
+                                       calibrating="the untouched starter")
+            # What the starter passed, even in a run cut short: a gate too many never pays.
+            starter_passed = frozenset(
+                i for i, (o, _) in starter_run.real.items() if o in PASSING)
+            if not task.solution:
+                return Calibration(canaries, starter_passed=starter_passed)
+            ref_run, _ = self._run(task, select_files(task, reference)[0], canaries,
+                                   calibrating="the reference solution")
+            hung = {i for i in ref_run.hung_canaries
+                    if ref_run.real.get(i, ("", ""))[0] in PASSING}
+            if not (ref_run.timed_out and hung) or attempt == HUNG_CANARY_RETRIES:
+                break
+            # The reference passes the real test but its canary hung (it failed before the
+            # test released a lock, say): the canary is invalid and goes; the test is a gate.
+            drop = {base_id(i) for i in hung}
+            canaries = dataclasses.replace(canaries, canaries={
+                t: c for t, c in canaries.canaries.items() if t not in drop})
         if ref_run.reason:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
                                  f"({ref_run.reason})", infra_error=True)
@@ -230,9 +247,11 @@ class Grader:
         request = launch.harness_request(
             workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
             ini=task.pytest_ini, args=paths, variants=list(variants.files),
+            select=task.test_ids or None,  # only these ids run; the others are deselected
         )
+        limit = VARIANTS * task.timeout + HARNESS_MARGIN
         try:
-            return launch.run_harness(sandbox, request, task.timeout + HARNESS_MARGIN)
+            return launch.run_harness(sandbox, request, limit)
         except SandboxTimeout:
             if what:
                 raise _Failed(reason=f"{what}the test run timed out", infra_error=True) from None

@@ -1,11 +1,12 @@
 """Start the grading harness in a sandbox and collect its verdict bytes.
 
 The harness (`sandbox/grade_harness.py`, request and verdict version 2) runs each variant of
-the hidden tests with the agent's code in one plain pytest process per variant, concurrently,
-and writes one JSON verdict line. Docker: the harness is a separate `docker exec` as root
-(whose only capabilities are to start, and kill, processes of the agent's uid) and each
-variant drops to the agent's uid; its request arrives on stdin and its verdict leaves on
-stdout, a stream no process of the agent's uid can open. bubblewrap and local sandboxes cannot
+the hidden tests with the agent's code in one plain pytest process per variant, one variant
+after the other (so a run may take up to `timeout` per variant), and writes one JSON verdict
+line. Docker: the harness is a separate `docker exec` as root (whose only capabilities are to
+start, and kill, processes of other uids) and each variant drops to a uid of its own (the
+agent's + 1 + its index); its request arrives on stdin and its verdict leaves on stdout, a
+stream no process of those uids can open. bubblewrap and local sandboxes cannot
 separate uids without privileges: there the harness runs as the agent's uid through the
 sandbox shell, and the grade is only as trustworthy as the agent is (documented in
 docs/threat-model.md; use Docker for RL).
@@ -16,10 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
@@ -39,7 +38,7 @@ def harness_source() -> str:
 
 def harness_request(
     workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
-    ini: str | None, args: Sequence[str],
+    ini: str | None, args: Sequence[str], select: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """What the harness reads on stdin (request version 2).
 
@@ -49,11 +48,14 @@ def harness_request(
     over a copy of the workspace; `ini`: the task's ini text for `-c` (None: an empty
     `[pytest]`); `args`: pytest arguments relative to the tree root (test paths, options).
     The harness itself adds `-c`, `--rootdir` and `--confcutdir` (the tree),
-    `-p no:cacheprovider` and `--continue-on-collection-errors`.
+    `-p no:cacheprovider` and `--continue-on-collection-errors`. `select`: when given, the
+    exact node ids to run (e.g. a repository task's FAIL_TO_PASS + PASS_TO_PASS); every other
+    collected test is deselected, and an id that is not collected simply does not run.
     """
     return {
         "version": 2, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
         "ini": ini, "args": [str(a) for a in args],
+        "select": None if select is None else [str(i) for i in select],
         "variants": [{"files": dict(files)} for files in variants],
     }
 
@@ -61,6 +63,7 @@ def harness_request(
 def run_harness_here(
     workspace: str | os.PathLike[str], variants: Sequence[Mapping[str, str]], *,
     ini: str | None = None, args: Sequence[str] = (), timeout: float = 60.0,
+    select: Sequence[str] | None = None,
 ) -> bytes:
     """Run the harness as a plain local process on a workspace directory (no isolation).
 
@@ -68,10 +71,10 @@ def run_harness_here(
     sandbox, with the agent's code under this process's uid. Never for untrusted code.
     Returns the harness's stdout (the verdict is its last line).
     """
-    request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args)
+    request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args, select)
     proc = subprocess.run(
         [sys.executable, "-I", "-c", harness_source()], input=json.dumps(request).encode(),
-        capture_output=True, timeout=timeout + 60, check=False,
+        capture_output=True, timeout=len(variants) * timeout + 60, check=False,
     )
     if not proc.stdout.strip():
         raise SandboxError(f"the grading harness failed: {proc.stderr[-1500:].decode()}")
@@ -96,43 +99,15 @@ def run_harness(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> by
 
 
 def _docker_exec(sandbox: Any, request: dict[str, Any], timeout: float) -> bytes:
-    from docker.errors import DockerException
-
-    from opd_gym.sandboxes.helper import DockerExecTransport
-
     payload = json.dumps(request).encode("utf-8", "surrogatepass")
-    try:
-        with sandbox.engine.call() as client:
-            exec_id = client.api.exec_create(
-                sandbox.container.id, ["python3", "-I", "-c", harness_source()],
-                stdin=True, stdout=True, stderr=True, user="0:0", workdir="/",
-            )["Id"]
-            raw = client.api.exec_start(exec_id, socket=True)
-    except DockerException as exc:
-        raise SandboxError(f"could not start the grading harness: {exc}") from None
-    sock: socket.socket = getattr(raw, "_sock", raw)
-    transport = DockerExecTransport(sock)
-    try:
-        transport.send(payload)
-        sock.shutdown(socket.SHUT_WR)  # EOF on the harness's stdin
-        out = bytearray()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise SandboxTimeout(f"the test run did not finish within {timeout:.0f} s")
-            chunk = transport._read_some(min(left, 5.0))
-            if chunk == b"":
-                break
-            if chunk:
-                out += chunk
-                if len(out) > MAX_VERDICT_BYTES:
-                    raise SandboxError("the grading harness's output is oversized")
-        if not out.strip():
-            raise SandboxError(f"the grading harness failed: {transport.diagnostics()[-1500:]}")
-        return bytes(out)
-    finally:
-        transport.close()
+    out, diagnostics, _ = sandbox.exec_with_input(
+        ["python3", "-I", "-c", harness_source()], payload, user="0:0", workdir="/",
+        timeout=timeout, max_output=MAX_VERDICT_BYTES, what="the test run")
+    if len(out) > MAX_VERDICT_BYTES:
+        raise SandboxError("the grading harness's output is oversized")
+    if not out.strip():
+        raise SandboxError(f"the grading harness failed: {diagnostics[-1500:]}")
+    return out
 
 
 def _through_shell(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> bytes:

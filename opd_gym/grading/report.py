@@ -5,8 +5,9 @@ test's result. Both are plain frozen data, built by the grader from the harness'
 
 Scoring (see docs/threat-model.md): a test EARNS when it has a valid canary and the untouched
 starter fails it; every other test is a GATE, which must pass but earns nothing. The score is
-the fraction of earning tests passed; it is 0 when a gate fails, when a test passed with its valid canary
-(`forgery`), when the run failed (`reason`), or when the task has no earning test at all.
+the fraction of earning tests passed; it is 0 when a gate fails, when a test passed with its
+valid canary (`forgery`), when the run failed (`reason`), or when the task has no earning test
+at all.
 Skipped and xfailed tests neither earn nor fail when the reference solution's run skips or
 xfails them too; otherwise a skip or xfail counts as not passed. An xpass counts as a pass.
 """
@@ -44,10 +45,11 @@ class GradeReport:
 
     `reason` is empty when the tests ran normally, else why the run counts as a failure (then
     the score is 0). `infra_error` marks failures of our machinery rather than of the code.
-    `forgery` names the tests passed together with their canary (a forgery: the score is 0). `earning` and
-    `earned` count the earning tests and those passed; `gates_failed` names failing gates;
-    `canaried` counts the tests with a valid canary; `calibrated` says the canaries were
-    validated with the reference solution and the gates taken from the starter's run.
+    `forgery` names the tests passed together with their canary (a forgery: the score is 0).
+    `earning` and `earned` count the earning tests and those passed; `gates_failed` names
+    failing gates; `canaried` counts the tests with a valid canary; `calibrated` says the
+    canaries were validated with the reference solution and the gates taken from the starter's
+    run.
     """
 
     task_id: str

@@ -45,6 +45,9 @@ def _check_variant(data: Any) -> None:
         _str(entry.get("message", ""), "a test message")
     if not isinstance(data.get("collect_errors", []), list):
         raise VerdictError("the verdict's collect_errors is not a list")
+    running = data.get("running", [])
+    if not isinstance(running, list) or not all(isinstance(i, str) for i in running):
+        raise VerdictError("the verdict's running list is not a list of test ids")
 
 
 def parse_verdict(raw: bytes, variants: int = 2) -> dict[str, Any]:
@@ -77,6 +80,7 @@ class Merged:
     timed_out: bool = False
     exit_code: int = -1
     output: str = ""
+    hung_canaries: frozenset[str] = frozenset()  # node ids whose canary ran when time ran out
 
 
 def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canaries: CanarySet,
@@ -107,15 +111,28 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
             entries.setdefault(entry["id"], (entry["outcome"],
                                              entry.get("message", "")[:MESSAGE_CHARS]))
         by_variant.append(entries)
-    for nodeid in by_variant[0]:
+    # every id either run reported: a test missing from one variant (it hung there) still has
+    # its outcome in the other
+    for nodeid in dict.fromkeys(i for entries in by_variant for i in entries):
         base = base_id(nodeid)
         real = variants.real_in.get(base, 0)
         if nodeid in by_variant[real]:
             merged.real[nodeid] = by_variant[real][nodeid]
         if base in canaries.canaries and nodeid in by_variant[1 - real]:
             merged.canary[nodeid] = by_variant[1 - real][nodeid][0]
+    hung: set[str] = set()
+    for index, run in enumerate(runs):
+        if not run.get("timed_out"):
+            continue
+        for nodeid in run.get("running", [])[:100]:
+            base = base_id(nodeid)
+            if base in canaries.canaries and variants.real_in.get(base, 0) != index:
+                hung.add(nodeid)
+    merged.hung_canaries = frozenset(hung)
     if merged.timed_out:
-        merged.reason = "the test run timed out (the solution used up the time budget)"
+        running = sorted({i for r in runs if r.get("timed_out") for i in r.get("running", [])})
+        merged.reason = "the test run timed out (the solution used up the time budget)" + (
+            f" while running {_few(running)}" if running else "")
         return merged
     if not expected:
         merged.reason = "the task defines no hidden tests"

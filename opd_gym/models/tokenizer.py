@@ -31,21 +31,6 @@ def render_ids(
     return [int(i) for i in ids]
 
 
-def prompt_ids(
-    tokenizer: Any,
-    messages: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-) -> list[int]:
-    """The ids a model is prompted with for the next assistant turn of `messages` (the env's
-    transcript): assistant turns in the form the template renders as the model's own output,
-    `tools` in the prompt, the generation prompt at the end. The ONE rendering shared by the
-    bundled policies, the OPD wrapper's `info["student_prompt"]` and the teacher's context."""
-    from opd_gym.transcript import messages_for_template
-
-    return render_ids(tokenizer, messages_for_template(messages, tokenizer), tools,
-                      add_generation_prompt=True)
-
-
 def load_tokenizer(source: Any) -> Any:
     """A tokenizer from a local model folder (str or path); a tokenizer object or None as is.
 
@@ -71,4 +56,4 @@ def served_tokenizer(tokenizer: Any, info: Mapping[str, Any]) -> tuple[Any, str 
                           "model the server runs") from exc
 
 
-__all__ = ["load_tokenizer", "prompt_ids", "render_ids", "served_tokenizer"]
+__all__ = ["load_tokenizer", "render_ids", "served_tokenizer"]

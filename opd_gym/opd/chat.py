@@ -325,6 +325,21 @@ def check_same_tokenizer(a: Any, b: Any, names: tuple[str, str] | None = None) -
                       "template)")
 
 
+def check_tokenizers(student: Any, teacher: Any, *, student_name: str = "",
+                     teacher_name: str = "") -> None:
+    """`check_same_tokenizer` on two tokenizer specs or objects (see `opd_gym.specs.tokenizer`),
+    labelled with the given names or the specs themselves."""
+    from opd_gym.specs import tokenizer
+
+    def label(role: str, spec: Any, given: str) -> str:
+        name = given or (spec if isinstance(spec, str) else getattr(spec, "name_or_path", ""))
+        return f"{role} {name}".rstrip()
+
+    check_same_tokenizer(tokenizer(student), tokenizer(teacher),
+                         names=(label("the student's tokenizer", student, student_name),
+                                label("the teacher's", teacher, teacher_name)))
+
+
 def _special_tokens(tok: Any) -> dict[str, str]:
     """Role -> token of the named special tokens, plus which added tokens are special."""
     out = {}

@@ -383,8 +383,36 @@ class RuleJudge:
 
 
 # -- construction from specs ------------------------------------------------------------------
-def make_judge(spec: Any, **options: Any) -> JudgeFn | None:
-    """A judge from a spec (see `opd_gym.specs.make_judge`, which this forwards to)."""
-    from opd_gym.specs import make_judge as build
+def make_judge(spec: Any, **llm_options: Any) -> JudgeFn | None:
+    """A judge: None/"none", "rule", "openai:URL" (an OpenAI API root), "vllm:URL" (a vLLM
+    server, "/v1" optional), a mapping {"type": "openai", "url": ..., **options}, or a
+    callable (turn, next_state) -> hint, passed through. `llm_options` (votes, rule,
+    hint_choice, ...) are defaults for an LLM judge; a mapping's own options win."""
+    from opd_gym import specs
 
-    return build(spec, **options)
+    if spec is None:
+        return None
+    if isinstance(spec, Mapping):
+        options = dict(spec)
+        kind = options.pop("type", "openai")
+        if kind == "rule":
+            return RuleJudge()
+        if kind not in ("openai", "vllm"):
+            raise ConfigError(f"unknown judge type {kind!r}; use rule, openai or vllm")
+        if "url" not in options:
+            raise ConfigError(f"a {kind} judge mapping needs a 'url'")
+        url = options.pop("url")
+        return make_judge(f"{kind}:{url}", **{**llm_options, **options})
+    if callable(spec):
+        return spec
+    parsed = specs.parse("judge", spec)
+    if parsed.scheme == "none":
+        return None
+    if parsed.scheme == "rule":
+        return RuleJudge()
+    url = parsed.target
+    if parsed.scheme == "vllm":
+        from opd_gym.models.client import split_base_url
+
+        url = split_base_url(url)[1]
+    return LLMJudge(url, **llm_options)

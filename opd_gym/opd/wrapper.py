@@ -24,20 +24,12 @@ from opd_gym.opd.turns import TurnSample, sample_turn
 _UNSET: Any = object()  # an option the caller did not pass (None is a valid judge)
 
 
-def resolve_teacher(spec: Any) -> Any:
-    """A teacher from a spec, a mapping {"spec": ..., **options} or an object (forwards to the
-    registry, `opd_gym.specs.make_teacher`)."""
-    from opd_gym.specs import make_teacher
-
-    return make_teacher(spec)
-
-
 class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Adds OPD records to `info["opd"]`, a list of records (empty when a step brings none).
 
     Takes either `config=OPDConfig(...)` or the same options as keyword arguments (both:
     the keywords override the config); `OPDConfig` documents every option and its one
-    default. The teacher is built on first use (through `opd_gym.specs` when it is a spec)
+    default. The teacher is built on first use (`opd_gym.opd.teachers.make_teacher`)
     and closed by the wrapper that built it; a teacher object stays its owner's to close.
 
     Args:
@@ -121,13 +113,15 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def scorer(self) -> Scorer:
         if self._scorer is None:
             from opd_gym import specs
+            from opd_gym.opd.judges import make_judge
+            from opd_gym.opd.teachers import make_teacher
 
             cfg = self.config
             options = dict(cfg.teacher_options)
             if cfg.teacher_temperature != 1.0 and not hasattr(cfg.teacher, "score"):
                 options["temperature"] = cfg.teacher_temperature
             try:
-                teacher = specs.make_teacher(cfg.teacher, **options)
+                teacher = make_teacher(cfg.teacher, **options)
             except (OSError, ValueError) as exc:
                 if isinstance(exc, ConfigError):
                     raise
@@ -143,7 +137,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 if cfg.student_tokenizer not in (None, UNCHECKED):
                     self._student_tok = specs.tokenizer(cfg.student_tokenizer)
                     self._check_tokenizer(teacher, self._student_tok, cfg.teacher)
-                judge = specs.make_judge(cfg.judge, **cfg.judge_defaults)
+                judge = make_judge(cfg.judge, **cfg.judge_defaults)
             except BaseException:
                 self._close_owned()
                 raise
@@ -168,14 +162,14 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _close_owned(self) -> None:
         """Close the teacher and judge this wrapper built (never objects it was given)."""
+        from opd_gym.agents.base import close
+
         while self._owned:
-            close = getattr(self._owned.pop(), "close", None)
-            if callable(close):
-                close()
+            close(self._owned.pop())
 
     @staticmethod
     def _check_tokenizer(teacher: Any, student: Any, teacher_spec: Any) -> None:
-        from opd_gym.specs import check_tokenizers
+        from opd_gym.opd.chat import check_tokenizers
 
         name = teacher_spec if isinstance(teacher_spec, str) else getattr(teacher, "name", "")
         check_tokenizers(student, teacher.tokenizer, teacher_name=str(name or ""))
@@ -198,7 +192,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         tok = self._student_tok
         if tok is None or "messages" not in info:
             return
-        from opd_gym.models.tokenizer import prompt_ids
+        from opd_gym.transcript import prompt_ids
 
         ids = prompt_ids(tok, info["messages"], info.get("tools"))
         info["student_prompt"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=False)}
@@ -311,13 +305,16 @@ def _done_future(value: Any) -> Future:
 
 def bind_agent(env: gym.Env, agent: Any) -> None:
     """Give the OPD wrapper in `env`'s stack the agent's tokenizer and sampling temperature
-    (when the agent has them and the config left them unset): the rollout job and the Ray
-    workers call this before the first episode, so a teacher with another tokenizer is
-    refused there."""
+    (when the agent is a `TokenPolicy` and the config left them unset): the rollout job and
+    the Ray workers call this before the first episode, so a teacher with another tokenizer
+    is refused there."""
+    from opd_gym.agents.base import TokenPolicy
+
+    if not isinstance(agent, TokenPolicy):  # scripted and served policies: text only
+        return
     layer: Any = env
     while layer is not None:
         if isinstance(layer, OPDWrapper):
-            layer.bind_student(getattr(agent, "tokenizer", None),
-                               getattr(agent, "logprob_temperature", None))
+            layer.bind_student(agent.tokenizer, agent.logprob_temperature)
             return
         layer = getattr(layer, "env", None)

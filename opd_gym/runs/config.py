@@ -6,10 +6,15 @@ so every process builds the same env stack from it (`opd_gym.runs.core.build_env
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import argparse
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from opd_gym.errors import ConfigError
 from opd_gym.opd.config import OPDConfig
 
 
@@ -55,4 +60,114 @@ def plain_config(config: RolloutConfig) -> dict[str, Any]:
     return {name: plain(getattr(config, name)) for name in config.__dataclass_fields__}
 
 
-__all__ = ["RolloutConfig", "plain_config"]
+# Keys `opd-gym rollout` writes into config.json that are not flags: the subcommand, the
+# parser's callback (null) and the teacher's name before it was resolved to a model path.
+WRITTEN_NOT_FLAGS = frozenset({"command", "func", "teacher_name"})
+
+
+def read_config_file(path: str | Path, actions: Iterable[argparse.Action]) -> dict[str, Any]:
+    """The values of a rollout config file (a run's config.json, or JSON/TOML with the same
+    keys, `-` or `_` alike), checked against the flags (`actions`) they stand for: each key a
+    flag, each value of the flag's type and choices. Returns {flag dest: value}; raises
+    ConfigError naming the file and the key for anything else, so nothing runs on a guess."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--config {str(path)!r}: cannot read it ({exc.strerror or exc})"
+                          ) from None
+    try:
+        if path.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise ConfigError(f"--config {str(path)!r}: not {kind} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {str(path)!r}: not a table of flag = value")
+    by_dest = {a.dest: a for a in actions if a.dest not in ("help", "config")}
+    values: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = str(raw_key).replace("-", "_")
+        where = f"--config {str(path)!r}: key {raw_key!r}"
+        if key == "config":
+            if value is not None:
+                raise ConfigError(f"{where}: a config file cannot name another")
+            continue
+        if key in WRITTEN_NOT_FLAGS:
+            if key == "command" and value not in (None, "rollout"):
+                raise ConfigError(f"{where}: a {value!r} config, not a rollout's")
+            continue
+        if key not in by_dest:
+            raise ConfigError(f"{where}: not a rollout flag (see opd-gym rollout --help)")
+        if key == "tasks" and isinstance(value, Mapping):
+            for dest, flag in _task_spec_flags(value, where).items():
+                values[dest] = _flag_value(by_dest[dest], flag, where)
+            continue
+        values[key] = _flag_value(by_dest[key], value, where)
+    return values
+
+
+def _flag_value(action: argparse.Action, value: Any, where: str) -> Any:
+    """`value` as flag `action` would have parsed it, or ConfigError saying why not."""
+    if value is None:
+        if action.default is not None:
+            raise ConfigError(f"{where}: null, but the flag needs a value "
+                              f"(default {action.default!r})")
+        return None
+    if action.nargs == 0:  # store_true/store_false: a switch
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {value!r} is not true or false")
+        return value
+    if isinstance(value, list) and action.dest == "task_ids":
+        if not value or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: {value!r} is not a list of task ids")
+        return list(value)
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConfigError(f"{where}: {value!r} is not a {_kind(action)}")
+    if action.type is None and not isinstance(value, str):
+        raise ConfigError(f"{where}: {value!r} is not a string")
+    text = str(value)
+    try:
+        parsed = action.type(text) if action.type is not None else text
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if action.choices is not None and parsed not in action.choices:
+        raise ConfigError(f"{where}: {value!r} is not one of "
+                          f"{', '.join(map(str, action.choices))}")
+    return parsed
+
+
+def _kind(action: argparse.Action) -> str:
+    if action.type in (int, float):
+        return "number"
+    name = getattr(action.type, "__name__", "")
+    return {"_positive": "positive integer", "_seconds": "number of seconds"}.get(name, "string")
+
+
+def _task_spec_flags(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A task spec as config.json holds it ({source|dataset, schema, split, skip_invalid})
+    as the flags that made it: tasks, schema, skip_invalid."""
+    unknown = sorted(set(spec) - {"source", "dataset", "schema", "split", "skip_invalid"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown task spec key(s) {', '.join(unknown)}")
+    source, dataset, split = spec.get("source"), spec.get("dataset"), spec.get("split")
+    if (source is None) == (dataset is None):
+        raise ConfigError(f"{where}: a task spec needs one of 'source' or 'dataset'")
+    if split is not None and (dataset is None or not isinstance(split, str)):
+        raise ConfigError(f"{where}: 'split' {split!r} goes with a 'dataset' name")
+    if dataset is not None:
+        if not isinstance(dataset, str) or not dataset:
+            raise ConfigError(f"{where}: dataset {dataset!r} is not a dataset name")
+        flags: dict[str, Any] = {"tasks": f"hf:{dataset}@{split}" if split else f"hf:{dataset}"}
+    else:
+        flags = {"tasks": source}
+    if spec.get("schema") is not None:
+        flags["schema"] = spec["schema"]
+    if spec.get("skip_invalid") is not None:
+        flags["skip_invalid"] = spec["skip_invalid"]
+    return flags
+
+
+__all__ = ["WRITTEN_NOT_FLAGS", "RolloutConfig", "plain_config", "read_config_file"]

@@ -32,12 +32,15 @@ class RunSummary:
     infra_errors: int = 0  # rows whose grading failed on our side (resume plays them again)
     unfinished: int = 0  # other rows that did not finish (an episode error, a killed run)
     groups: dict[str, Any] | None = None  # with repeat > 1: per-task group statistics
+    unreadable_records: int = 0  # played rows whose OPD records could not be parsed (viewer)
 
     @classmethod
-    def of_rows(cls, rows: Iterable[EpisodeRow], *, repeat: int = 1, **fields: Any
-                ) -> RunSummary:
+    def of_rows(cls, rows: Iterable[EpisodeRow], *, repeat: int = 1, tolerant: bool = False,
+                **fields: Any) -> RunSummary:
         """The summary of a whole run: every row (one per episode id) counted once; with
-        `repeat` > 1 also the group statistics of each task's rollouts (`group_stats`)."""
+        `repeat` > 1 also the group statistics of each task's rollouts (`group_stats`).
+        `tolerant` (readers of old or damaged runs): a row whose OPD records do not parse
+        still counts, without them, in `unreadable_records`."""
         summary = cls(**fields)
         rows = list(rows)
         if repeat > 1:
@@ -50,7 +53,7 @@ class RunSummary:
             elif row.infra_error:
                 summary.infra_errors += 1
             else:
-                summary.count(row)
+                summary.count(row, tolerant=tolerant)
         return summary
 
     @property
@@ -78,16 +81,24 @@ class RunSummary:
     def hint_rate(self) -> float:
         return self.metrics.hints / self.metrics.scored if self.metrics.scored else 0.0
 
-    def count(self, row: EpisodeRow) -> dict[str, float]:
+    def count(self, row: EpisodeRow, *, tolerant: bool = False) -> dict[str, float]:
         """Add a finished episode; returns its per-episode metrics (see `episode_metrics`)."""
+        try:
+            records = row.records()
+        except Exception:  # a malformed record (a damaged file); only readers tolerate it
+            if not tolerant:
+                raise
+            records = []
+            self.unreadable_records += 1
         self.episodes += 1
         self.passed += bool(row.passed)
         self.reward_sum += row.reward
-        self.metrics.episode(row.records())
+        self.metrics.episode(records)
         return episode_metrics(row, self)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in vars(self).items() if k != "metrics"}
+        data = {k: v for k, v in vars(self).items() if k != "metrics"
+                and not (k == "unreadable_records" and not v)}
         data.update(
             pass_rate=self.pass_rate if self.episodes else None,
             mean_reward=self.mean_reward if self.episodes else None,

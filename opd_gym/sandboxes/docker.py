@@ -244,49 +244,63 @@ class DockerSandbox(HelperSandbox):
         archive = _tar_archive(plain, self.config.user)
         self._extract(archive, timeout=60.0 + len(archive) / (16 << 20))
 
+    def exec_with_input(self, argv: list[str], data: bytes, *, user: str, workdir: str,
+                        timeout: float, max_output: int, what: str) -> tuple[bytes, str, str]:
+        """Run `argv` in the container with `data` on its stdin (then EOF) and read its stdout
+        until it exits: (stdout, stderr text, exec id). Output past `max_output` is dropped.
+
+        Raises SandboxDied when it cannot start or the stream breaks, SandboxTimeout past
+        `timeout` seconds; `what` names the job in those messages.
+        """
+        from docker.errors import DockerException
+
+        try:
+            with self.engine.call() as client:
+                exec_id = client.api.exec_create(self.container.id, argv, stdin=True,
+                                                 stdout=True, stderr=True, user=user,
+                                                 workdir=workdir)["Id"]
+                raw = client.api.exec_start(exec_id, socket=True)
+        except DockerException as exc:
+            raise SandboxDied(f"could not start {what}: {exc}") from None
+        sock: socket.socket = getattr(raw, "_sock", raw)
+        transport = DockerExecTransport(sock)
+        out = bytearray()
+        try:
+            view = memoryview(data)
+            for start in range(0, len(view), 1 << 20):
+                transport.send(bytes(view[start:start + (1 << 20)]))
+            sock.shutdown(socket.SHUT_WR)  # EOF on its stdin
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxTimeout(f"{what} did not finish within {timeout:.0f} s")
+                chunk = transport._read_some(min(left, 5.0))
+                if chunk == b"":
+                    break
+                if chunk and len(out) <= max_output:
+                    out += chunk[:max_output + 1 - len(out)]
+            return bytes(out), transport.diagnostics(), exec_id
+        except OSError as exc:
+            raise SandboxDied(f"the sandbox stopped during {what}: {exc}") from None
+        finally:
+            transport.close()
+
     def _extract(self, archive: bytes, timeout: float) -> None:
         from docker.errors import DockerException
 
         cfg = self.config
         argv = ["tar", "-x", "-f", "-", "-C", cfg.workspace, "--no-same-owner"]
-        try:
-            with self.engine.call() as client:
-                exec_id = client.api.exec_create(self.container.id, argv, stdin=True,
-                                                 stdout=True, stderr=True, user=cfg.user,
-                                                 workdir=cfg.workspace)["Id"]
-                raw = client.api.exec_start(exec_id, socket=True)
-        except DockerException as exc:
-            raise SandboxDied(f"could not start writing files into the sandbox: {exc}") from None
-        sock: socket.socket = getattr(raw, "_sock", raw)
-        transport = DockerExecTransport(sock)
-        out = bytearray()
-        try:
-            view = memoryview(archive)
-            for start in range(0, len(view), 1 << 20):
-                transport.send(bytes(view[start:start + (1 << 20)]))
-            sock.shutdown(socket.SHUT_WR)  # EOF on tar's stdin
-            deadline = time.monotonic() + timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SandboxTimeout(f"writing files did not finish within {timeout:.0f} s")
-                chunk = transport._read_some(min(left, 5.0))
-                if chunk == b"":
-                    break
-                if chunk and len(out) < 1 << 16:
-                    out += chunk
-            out += transport.diagnostics().encode()  # tar's stderr
-        except OSError as exc:
-            raise SandboxDied(f"the sandbox stopped while files were written: {exc}") from None
-        finally:
-            transport.close()
+        out, diagnostics, exec_id = self.exec_with_input(
+            argv, archive, user=cfg.user, workdir=cfg.workspace, timeout=timeout,
+            max_output=1 << 16, what="writing files into the sandbox")
         try:
             with self.engine.call() as client:
                 code = client.api.exec_inspect(exec_id).get("ExitCode")
         except DockerException as exc:
             raise SandboxDied(f"could not check the file writing: {exc}") from None
         if code != 0:
-            words = out.decode("utf-8", "replace").strip()[-1500:]
+            words = (out + diagnostics.encode()).decode("utf-8", "replace").strip()[-1500:]
             raise SandboxError(f"writing files into the sandbox failed (tar exit {code}): "
                                f"{words or 'no message'}")
 

@@ -8,20 +8,27 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from opd_gym.errors import ConfigError
 from opd_gym.resources import data_path
 from opd_gym.sandboxes.base import SandboxUnavailable
 
-if TYPE_CHECKING:
-    from opd_gym.sandboxes.docker import DockerEngine
 
-DEFAULT_IMAGE = "opd-gym-sandbox:2"
+class ImageEngine(Protocol):
+    """What a build needs of the engine (`opd_gym.sandboxes.docker.DockerEngine`, which
+    imports this module for the image tag: the engine is given, never imported here)."""
+
+    def has_image(self, image: str) -> bool: ...
+
+    def call(self) -> Any: ...
+
+
+DEFAULT_IMAGE = "opd-gym-sandbox:3"
 
 # Bump both with any change to the image contents (sandbox/build_rootfs.sh,
 # sandbox/grading-requirements.txt, sandbox/Dockerfile): new tag, new cached rootfs.
-RECIPE_VERSION = "2"
+RECIPE_VERSION = "3"
 BASE_IMAGE = "python:3.12-slim"
 IMAGE_CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -57,7 +64,7 @@ def build_rootfs(target: Path | None = None, *, log: Callable[[str], None] = pri
     return target
 
 
-def _import_rootfs(engine: DockerEngine, rootfs: Path, image: str) -> None:
+def _import_rootfs(engine: ImageEngine, rootfs: Path, image: str) -> None:
     repository, _, tag = image.rpartition(":")
     with tempfile.TemporaryDirectory() as tmp:
         tarball = Path(tmp) / "rootfs.tar"
@@ -68,13 +75,13 @@ def _import_rootfs(engine: DockerEngine, rootfs: Path, image: str) -> None:
             )
 
 
-def _build_dockerfile(engine: DockerEngine, image: str) -> None:
+def _build_dockerfile(engine: ImageEngine, image: str) -> None:
     context = data_path("sandbox")
     with engine.call() as client:
         client.images.build(path=str(context), tag=image, rm=True, pull=False)
 
 
-def _can_pull(engine: DockerEngine, base: str) -> bool:
+def _can_pull(engine: ImageEngine, base: str) -> bool:
     from docker.errors import DockerException
 
     try:
@@ -96,14 +103,11 @@ def build_image(
     *,
     method: str = "auto",
     force: bool = False,
-    engine: DockerEngine | None = None,
+    engine: ImageEngine,
     log: Callable[[str], None] = print,
 ) -> str:
-    """Make `image` exist; `method` is auto, dockerfile or offline. Returns the method used."""
-    if engine is None:
-        from opd_gym.sandboxes.docker import DockerEngine
-
-        engine = DockerEngine()
+    """Make `image` exist with `engine`; `method` is auto, dockerfile or offline. Returns the
+    method used."""
     if not force and engine.has_image(image):
         log(f"sandbox image {image} already present")
         return "present"

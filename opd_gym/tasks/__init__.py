@@ -14,7 +14,7 @@ from opd_gym.tasks.loaders import (
     load_tasks,
     task_from_dict,
 )
-from opd_gym.tasks.model import Task
+from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.suite import (
     available_suites,
     load_env_spec,
@@ -22,9 +22,11 @@ from opd_gym.tasks.suite import (
     load_suite_dir,
     load_task_dir,
 )
+from opd_gym.tasks.swebench import load_swebench
 
 __all__ = [
     "ADAPTERS",
+    "RepoInfo",
     "Task",
     "TaskList",
     "available_suites",
@@ -37,6 +39,7 @@ __all__ = [
     "load_hf_dataset",
     "load_suite",
     "load_suite_dir",
+    "load_swebench",
     "load_task_dir",
     "load_tasks",
     "task_from_dict",

@@ -127,6 +127,14 @@ def _resolve_schema(rows: Iterable[tuple[str, Any]], schema: str | None, source:
     label, first = peeked
     rows = itertools.chain([peeked], iterator)
     found = detect_schema(first)
+    if found is None and isinstance(first, Mapping) and "instance_id" in first \
+            and "FAIL_TO_PASS" in first:
+        where = f"{source}: " if source else ""
+        raise DatasetError(
+            f"{where}{label} is a SWE-bench-style instance: it needs a local checkout or bundle "
+            "per repository; load it with opd_gym.tasks.swebench.load_swebench(path, "
+            "repos={'owner/name': checkout_or_bundle})"
+        )
     if found is None and isinstance(first, Mapping) and "id" not in first \
             and "tests" not in first:
         score = {name: sum(f in first for f in fields) for name, fields in SCHEMA_FIELDS.items()}

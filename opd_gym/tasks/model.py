@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -12,6 +13,49 @@ from opd_gym.errors import DatasetError
 
 def _frozen(files: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(files or {}))
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    """What makes a Task a repository task: the project, its history, and the test split.
+
+    The Task's `files` hold the project tree at the base commit (what the agent starts with),
+    `tests` the pristine test files (the hidden test patch applied), `solution` the files the
+    gold patch changes, and `test_ids` exactly `fail_to_pass + pass_to_pass`.
+    """
+
+    name: str  # the project, e.g. "toolz" or "owner/repo"
+    fail_to_pass: tuple[str, ...]  # node ids failing at the base commit, passing once fixed
+    pass_to_pass: tuple[str, ...] = ()  # node ids passing at both: a regression gates the grade
+    base_commit: str = ""  # the base commit in `history` ("" with no history: synthesized)
+    history: str | None = None  # a git bundle or repository path holding `base_commit`;
+    # None: the workspace gets one commit of the base tree (a synthesized bug shows no change)
+    image: str | None = None  # an existing environment image; None: the sandbox image
+    setup: tuple[str, ...] = ()  # shell steps that build the environment image offline
+    synthesized: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("fail_to_pass", "pass_to_pass", "setup"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.name, str) or not self.name:
+            raise DatasetError("a repository task needs its project name")
+        if self.history is not None:
+            object.__setattr__(self, "history", os.fspath(self.history))
+        if self.image is not None and (not isinstance(self.image, str) or not self.image):
+            raise DatasetError(f"repository task {self.name!r}: image must be an image name")
+        if not all(isinstance(s, str) and s.strip() for s in self.setup):
+            raise DatasetError(f"repository task {self.name!r}: setup steps must be commands")
+        if not self.fail_to_pass:
+            raise DatasetError(f"repository task {self.name!r}: FAIL_TO_PASS is empty")
+        ids = [*self.fail_to_pass, *self.pass_to_pass]
+        if not all(isinstance(i, str) and "::" in i for i in ids):
+            raise DatasetError(f"repository task {self.name!r}: test ids must be pytest node ids")
+        if len(set(ids)) != len(ids):
+            raise DatasetError(f"repository task {self.name!r}: a test id is listed twice")
+
+    @property
+    def test_ids(self) -> tuple[str, ...]:
+        return (*self.fail_to_pass, *self.pass_to_pass)
 
 
 @dataclass(frozen=True)
@@ -37,6 +81,7 @@ class Task:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     pytest_ini: str | None = None
     test_ids: tuple[str, ...] | None = None
+    repo: RepoInfo | None = None
 
     def __post_init__(self) -> None:
         if not self.id or not isinstance(self.id, str):
@@ -57,5 +102,13 @@ class Task:
             if not ids or not all(isinstance(i, str) and "::" in i for i in ids):
                 raise DatasetError(f"task {self.id!r}: test_ids must be pytest node ids")
             object.__setattr__(self, "test_ids", ids)
+        if self.repo is not None:
+            if not isinstance(self.repo, RepoInfo):
+                raise DatasetError(f"task {self.id!r}: repo must be a RepoInfo")
+            if self.test_ids is None:
+                object.__setattr__(self, "test_ids", self.repo.test_ids)
+            elif tuple(self.test_ids) != self.repo.test_ids:
+                raise DatasetError(f"task {self.id!r}: test_ids must be the repository task's "
+                                   "FAIL_TO_PASS + PASS_TO_PASS")
         object.__setattr__(self, "tags", tuple(self.tags))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

@@ -23,7 +23,8 @@ def resolve_tasks(spec: Any) -> list[Task]:
     """Tasks from a suite name, a path, a list of ids (of the built-in suite), Tasks or rows.
 
     A mapping is a loader call: `{"source": path_or_suite, "schema": ..., "ids": [...]}` or
-    `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}`, either with
+    `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}` or
+    `{"swebench": rows_file, "repos": {"owner/name": checkout_or_bundle}}`, each with
     `"skip_invalid": True` to skip bad rows. The result is a `TaskList` (its `.skipped` names
     the rows skipped).
     """
@@ -38,6 +39,10 @@ def resolve_tasks(spec: Any) -> list[Task]:
         ids = options.pop("ids", None)
         if "dataset" in options:
             tasks = load_hf_dataset(options.pop("dataset"), **options)
+        elif "swebench" in options:  # SWE-bench-style rows + {"repos": {name: checkout}}
+            from opd_gym.tasks.swebench import load_swebench
+
+            tasks = load_swebench(options.pop("swebench"), options.pop("repos", {}), **options)
         else:
             tasks = load_tasks(options.pop("source", DEFAULT_SUITE), **options)
         if ids is not None:

@@ -68,18 +68,24 @@ def load_suite_dir(path: str | Path) -> list[Task]:
 
 
 def available_suites() -> list[str]:
-    """Names of the built-in suites (folders under the shipped `envs/` with a `tasks/` dir)."""
+    """Built-in suites: folders under the shipped `envs/` with a `tasks/` dir, or with a
+    `manifest.json` of synthesized repository tasks (the `repo` suite, see repo_suite.py)."""
     try:
         root = data_path("envs")
     except FileNotFoundError:
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "tasks").is_dir())
+    return sorted(p.name for p in root.iterdir()
+                  if (p / "tasks").is_dir() or (p / "manifest.json").is_file())
 
 
 @functools.cache
 def _cached_suite(name: str) -> tuple[Task, ...]:
     if name not in available_suites():
         raise DatasetError(f"unknown built-in suite {name!r}; available: {available_suites()}")
+    if not data_path("envs", name).joinpath("tasks").is_dir():  # a synthesized suite
+        from opd_gym.tasks.repo_suite import load_repo_suite
+
+        return tuple(load_repo_suite())
     return tuple(load_suite_dir(data_path("envs", name, "tasks")))
 
 

@@ -7,6 +7,12 @@ real `CodingEnv` episode (one Hermes call per `step`), so it runs in the env's s
 counts against the env's turn limit and is graded by the env: the reward is the env's own
 (`opd_gym.rewards`), computed from the hidden-test grade.
 
+The env stack is the one every runner builds from a run config (`opd_gym.runs.core.build_env`:
+coding env, OPD wrapper when the config turns it on, recorder), so `max_turns`, `tool_format`,
+the sandbox and the OPD options mean here what they mean for `opd-gym rollout`; each tool
+call is written in the config's tool-call format, and each finished episode's
+`EpisodeRow` (with its OPD records) is kept as ``instance.row``.
+
 Turns: the env's ``max_turns`` counts assistant turns, and here every turn carries one call.
 Pass the same number to TRL as ``GRPOConfig(max_tool_calling_iterations=max_turns)`` so its
 assistant turns are capped too (with one call per message, the usual case, the two agree;
@@ -21,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opd_gym.errors import ConfigError
+from opd_gym.runs.config import RolloutConfig
 from opd_gym.tasks.model import Task
-from opd_gym.tools.parsing import format_tool_call
 
 
 def reference_hint(task: Task) -> str | None:
@@ -34,7 +40,10 @@ def reference_hint(task: Task) -> str | None:
 
 
 class CodingToolEnv:
-    """One rollout's coding episode for TRL's GRPOTrainer: tools map to the env's tools."""
+    """One rollout's coding episode for TRL's GRPOTrainer: tools map to the env's tools.
+
+    `env` is an env stack (see `environment_factory`) or a bare `CodingEnv`; without one a
+    `CodingEnv(**env_kwargs)` is made."""
 
     def __init__(
         self,
@@ -48,9 +57,15 @@ class CodingToolEnv:
         self.env = env if env is not None else CodingEnv(**env_kwargs)
         self.hint_fn = hint_fn
         self.privileged_context: str | None = None
+        self.row: Any = None  # the EpisodeRow of the last finished episode (a recorder's)
         self.calls_run = 0  # tool calls played in the sandbox, over this instance's life
         self._last_reward = 0.0
         self._done = True
+
+    @property
+    def coding_env(self) -> Any:
+        """The `CodingEnv` under the stack's wrappers (its task, grade, reward breakdown)."""
+        return self.env.unwrapped
 
     def reset(self, **row: Any) -> str | None:
         """Start the episode of the row's ``task_id`` (or a random task); adds nothing to the
@@ -58,19 +73,22 @@ class CodingToolEnv:
         options = {"task_id": row["task_id"]} if row.get("task_id") else {}
         self.env.reset(options=options)
         self._done, self._last_reward = False, 0.0
-        task = self.env.task
+        task = self.coding_env.task
         self.privileged_context = self.hint_fn(task) if self.hint_fn and task else None
         return None
 
     def _play(self, name: str, arguments: dict[str, Any]) -> str:
-        """Play one Hermes tool call as an env turn; the tool's output is the observation."""
+        """Play one tool call as an env turn, written in the env's tool-call format; the tool's
+        output is the observation."""
         if self._done:
             return "The episode is over: no more tool calls are run."
         args = {k: v for k, v in arguments.items() if v is not None}
-        observation, reward, terminated, truncated, _ = self.env.step(format_tool_call(name, args))
+        action = self.coding_env.tool_format.format_call(name, args)
+        observation, reward, terminated, truncated, _ = self.env.step(action)
         self.calls_run += 1
         if terminated or truncated:
             self._done, self._last_reward = True, float(reward)
+            self.row = getattr(self.env, "last_row", None)
         return observation
 
     def terminal(self, command: str) -> str:
@@ -114,49 +132,78 @@ class CodingToolEnv:
 
     def get_reward(self) -> float:
         """The env's reward for the episode, from the hidden-test grade (submits if needed)."""
-        if not self._done and self.env.episode is not None:
+        if not self._done and self.coding_env.episode is not None:
             self._play("submit", {})
         return self._last_reward
 
     @property
     def grade(self) -> Any:
         """The env's GradeReport of the episode (None before it is graded)."""
-        return self.env.grade
+        return self.coding_env.grade
 
     # No public `close`: TRL would offer every public method to the model as a tool. The
     # factory's shared pool is closed with ``factory.pool.close()``.
 
 
 def environment_factory(
-    tasks: Any = "coding",
+    tasks: Any = None,
     *,
-    sandbox: Any = "docker",
-    max_turns: int = 4,
+    sandbox: Any = None,
+    max_turns: int | None = None,
     hint_fn: Callable[[Task], str | None] | None = reference_hint,
     pool_size: int = 2,
-    **env_kwargs: Any,
+    config: RolloutConfig | None = None,
 ) -> Callable[[], CodingToolEnv]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``.
 
-    Every instance shares one sandbox pool (started once); ``factory.instances`` lists the
-    environments TRL created, e.g. to count the tool calls that reached the sandbox.
+    Every instance is the env stack a rollout of `config` builds (`runs.core.build_env`),
+    so its tasks, sandbox, turn cap, tool-call format and OPD options hold here too; without
+    a config, `tasks` (default: the built-in suite), `sandbox` (default docker, or a started
+    `SandboxPool`) and `max_turns` (default 4) make one, with OPD off. Every instance shares
+    one sandbox pool (started once), one grader and, with OPD, one teacher (loaded once);
+    ``factory.instances`` lists the environments TRL created, e.g. to count the tool calls
+    that reached the sandbox; ``factory.close()`` releases the pool and the teacher.
     """
-    from opd_gym.env import CodingEnv
-    from opd_gym.sandboxes import SandboxPool, make_pool
+    from opd_gym import specs
+    from opd_gym.grading import Grader
+    from opd_gym.runs.core import build_env, load_teacher, opd_config
+    from opd_gym.sandboxes import SandboxPool
+    from opd_gym.tasks.resolve import resolve_tasks
 
-    if max_turns < 1:
+    if config is None:
+        config = RolloutConfig(out_dir="", tasks="coding" if tasks is None else tasks,
+                               sandbox="docker" if sandbox is None else sandbox,
+                               max_turns=4 if max_turns is None else max_turns, opd=False)
+    elif (tasks, sandbox, max_turns) != (None, None, None):
+        raise ConfigError("environment_factory: give either config or tasks/sandbox/max_turns "
+                          "(the config holds them)")
+    if config.max_turns < 1:
         raise ConfigError("environment_factory: max_turns must be >= 1")
-    pool = sandbox if isinstance(sandbox, SandboxPool) else make_pool(sandbox, size=pool_size)
+    task_list = resolve_tasks(config.tasks)
+    opd, teacher = (load_teacher(opd_config(config)) if config.opd else (None, None))
+    given = config.sandbox
+    pool = given if isinstance(given, SandboxPool) else specs.make_pool(given, size=pool_size)
+    grader = Grader(pool)  # one calibration per task for every instance
     instances: list[CodingToolEnv] = []
 
     def factory() -> CodingToolEnv:
-        env = CodingEnv(tasks=tasks, sandbox=pool, max_turns=max_turns, **env_kwargs)
+        env = build_env(config, tasks=task_list, pool=pool, opd_options=opd, grader=grader)
         instance = CodingToolEnv(env, hint_fn=hint_fn)
         instances.append(instance)
         return instance
 
+    def close() -> None:
+        from opd_gym.agents.base import close as release
+
+        for instance in instances:
+            instance.env.close()
+        release(teacher)
+        pool.close()
+
     factory.instances = instances  # type: ignore[attr-defined]
     factory.pool = pool  # type: ignore[attr-defined]
+    factory.config = config  # type: ignore[attr-defined]
+    factory.close = close  # type: ignore[attr-defined]
     return factory
 
 

@@ -118,6 +118,17 @@ color:#6b7280}
 .tests td{padding:3px 8px;border-bottom:1px solid #f3f4f6;vertical-align:top}
 .tests pre{font-size:11.5px;color:#4b5563;max-height:10em;overflow:auto}
 .muted{color:#6b7280}
+select{font:inherit;font-size:12.5px;padding:3px 6px;border:1px solid #d1d5db;
+border-radius:6px;background:#fff}
+#filter-status{color:#6b7280;font-size:12px}
+body[data-filter="failed-episodes"] details.ep:not([data-failed]),
+body[data-filter="failed-episodes"] tr.eprow:not([data-failed]),
+body[data-filter="failed-turns"] details.ep:not([data-fail-turns]),
+body[data-filter="failed-turns"] tr.eprow:not([data-fail-turns]),
+body[data-filter="failed-turns"] .tgroup:not([data-fail]),
+body[data-filter="hinted-turns"] details.ep:not([data-hint-turns]),
+body[data-filter="hinted-turns"] tr.eprow:not([data-hint-turns]),
+body[data-filter="hinted-turns"] .tgroup:not([data-hint]){display:none}
 #tip{position:fixed;display:none;z-index:10;background:#111827;color:#f9fafb;
 border-radius:6px;padding:7px 9px;font:12px ui-monospace,"DejaVu Sans Mono",monospace;
 max-width:380px;pointer-events:none;box-shadow:0 4px 14px rgba(0,0,0,.3)}
@@ -194,6 +205,28 @@ SCRIPT = """
       document.querySelectorAll("details.ep").forEach(function (d) { d.open = open; });
     });
   });
+  var FILTERS = {"all": "", "failed-episodes": "[data-failed]",
+                 "failed-turns": "[data-fail-turns]", "hinted-turns": "[data-hint-turns]"};
+  var select = document.getElementById("filter");
+  function applyFilter(value) {
+    if (!(value in FILTERS)) { value = "all"; }
+    document.body.setAttribute("data-filter", value);
+    if (select) { select.value = value; }
+    var all = document.querySelectorAll("details.ep");
+    var shown = FILTERS[value] ? document.querySelectorAll("details.ep" + FILTERS[value])
+                               : all;
+    if (value.slice(-6) === "-turns") {
+      shown.forEach(function (d) { d.open = true; });
+    }
+    var out = document.getElementById("filter-status");
+    if (out) { out.textContent = "showing " + shown.length + " of " + all.length +
+                                 " episodes"; }
+  }
+  if (select) {
+    select.addEventListener("change", function () { applyFilter(select.value); });
+  }
+  var asked = /[?&#]filter=([a-z-]+)/.exec(location.search + location.hash);
+  applyFilter(asked ? asked[1] : "all");
   function openHash() {
     var el = location.hash ? document.getElementById(location.hash.slice(1)) : null;
     if (el && el.tagName === "DETAILS") { el.open = true; }

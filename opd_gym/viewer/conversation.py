@@ -24,13 +24,19 @@ def render_conversation(ep: Episode, records: dict[int, Any], names: TokenNames,
     results: dict[Any, dict[str, Any]] = {}
     k = 0
     seen_user = False
+    grouped = False  # a turn's group (the turn and its tool messages) is open
     for message in messages:
         role = message.get("role")
+        if role != "tool" and grouped:
+            out.append("</div>")
+            grouped = False
         if role == "assistant":
             turn = turns.get(k, {})
             results = {r.get("call_id"): r for r in as_list(turn.get("tool_results"))
                        if isinstance(r, dict)}
+            out.append(_group(turn, records.get(k)))
             out.append(_turn(k, message, turn, records.get(k), names, budget, ep.number))
+            grouped = True
             k += 1
         elif role == "tool":
             out.append(_tool_message(message, results.get(message.get("tool_call_id"))))
@@ -46,15 +52,39 @@ def render_conversation(ep: Episode, records: dict[int, Any], names: TokenNames,
             out.append(f'<div class="msg {cls}"><div class="h"><span class="role">'
                        f'{esc(role or "?")}</span> &middot; {label}</div>'
                        f"{pre(text_of(message.get('content')))}</div>")
+    if grouped:
+        out.append("</div>")
     for index in sorted(set(turns) | set(records)):
         if index >= k:  # turns or records with no assistant message left to attach to
             turn = turns.get(index, {})
             message = {"role": "assistant", "content": turn.get("text", "")}
+            out.append(_group(turn, records.get(index)))
             out.append(_turn(index, message, turn, records.get(index), names, budget,
                              ep.number))
+            out.append("</div>")
     if not out:
         out.append('<p class="muted">No messages recorded.</p>')
     return "".join(out)
+
+
+def turn_failed(turn: dict[str, Any]) -> bool:
+    """Whether a turn's action failed: a format error, or a tool result with an error, a
+    timeout or a non-zero exit status (what the report's "failed turns" filter shows)."""
+    if as_list(turn.get("format_errors")):
+        return True
+    for result in as_list(turn.get("tool_results")):
+        if isinstance(result, dict) and (result.get("error") or result.get("timed_out") or (
+                result.get("exit_code") not in (None, 0))):
+            return True
+    return False
+
+
+def _group(turn: dict[str, Any], record: Any) -> str:
+    """The opening of a turn's group: the turn and its tool messages, tagged for the filters
+    (data-hint: the judge gave a hint; data-fail: `turn_failed`)."""
+    hinted = ' data-hint="1"' if record is not None and record.hint else ""
+    failed = ' data-fail="1"' if turn_failed(turn) else ""
+    return f'<div class="tgroup"{hinted}{failed}>'
 
 
 def _messages_from_turns(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,10 +7,8 @@ the report stays one offline file with no extra script.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,20 +19,31 @@ from opd_gym.viewer.run import Episode, Run, as_dict, as_float
 
 # key -> (label, what it means, kind) ; kind: "count", "rate", "nats", "seconds", "number"
 RUN_FIGURES: dict[str, tuple[str, str, str]] = {
-    "episodes": ("Episodes", "episodes in the run", "count"),
-    "pass_rate": ("Pass rate", "episodes whose hidden tests all passed", "rate"),
-    "mean_reward": ("Mean reward", "final reward per episode", "number"),
-    "mean_turns": ("Mean turns", "assistant turns per episode", "number"),
+    "rows": ("Rows", "episode rows in the run (one per episode id)", "count"),
+    "episodes": ("Played", "finished episodes the rates count (not interrupted, no infra "
+                 "error)", "count"),
+    "pass_rate": ("Pass rate", "played episodes whose hidden tests all passed", "rate"),
+    "mean_reward": ("Mean reward", "final reward per played episode", "number"),
+    "mean_turns": ("Mean turns", "assistant turns per episode row", "number"),
     "hint_rate": ("Hint rate", "scored turns that received a judge hint", "rate"),
     "tokens_scored": ("Tokens scored", "student tokens the teacher scored", "count"),
     "turns_scored": ("Turns scored", "assistant turns the teacher scored", "count"),
-    "seconds": ("Wall time", "seconds for the whole run", "seconds"),
-    "finished": ("Finished", "episodes that reached an end", "count"),
-    "unfinished": ("Unfinished", "episodes cut off before their end", "count"),
-    "skipped": ("Resumed", "episodes taken over from an earlier run", "count"),
+    "interrupted_episodes": ("Interrupted", "episodes cut short by Ctrl-C (--resume plays "
+                             "them again)", "count"),
+    "infra_errors": ("Infra errors", "episodes whose grading failed on our side (--resume "
+                     "plays them again)", "count"),
+    "unfinished": ("Unfinished", "other episodes cut off before their end", "count"),
+    "seconds": ("Wall time", "seconds for the whole run (summary.json)", "seconds"),
+    "unreadable_records": ("Unreadable records", "played episodes whose OPD records could "
+                           "not be read (counted without them)", "count"),
     "bad_lines": ("Unreadable lines", "lines of trajectories.jsonl that could not be read",
                   "count"),
 }
+ALWAYS_SHOWN = {"rows", "episodes", "pass_rate", "mean_reward", "mean_turns", "hint_rate",
+                "tokens_scored", "turns_scored", "interrupted_episodes", "infra_errors"}
+# summary.json keys that are the run's own numbers (recomputed here), never shown from the file
+SUMMARY_KEYS = {"skipped", "passed", "reward_sum", "failures", "config", "interrupted",
+                "groups", "opd", "finished"}
 NEEDS_STUDENT = {"top1_mismatch", "topk_mass", "mean_teacher_minus_student", "kl_estimate"}
 OPD_FIGURES: dict[str, tuple[str, str, str]] = {
     "turns_scored": ("Turns scored", "assistant turns the teacher scored", "count"),
@@ -127,29 +136,29 @@ def metric_figures(run: Run) -> str:
         ep.tokens_scored for ep in run.episodes)
     run_cards = []
     for key, (label, description, kind) in RUN_FIGURES.items():
-        if key not in summary or (key in ("skipped", "bad_lines", "unfinished")
-                                  and not summary.get(key)):
+        if key not in summary or (key not in ALWAYS_SHOWN and not summary.get(key)):
             continue
         value = as_float(summary.get(key))
-        why = "no episode finished" if key != "hint_rate" else "no turn was scored (OPD off?)"
+        why = "no episode was played" if key != "hint_rate" else "no turn was scored (OPD off?)"
         if key == "hint_rate" and nothing_scored:
             value = None
-        run_cards.append(_figure(label, value, kind, description, why,
-                                 warn=key == "bad_lines"))
-    shown = set(RUN_FIGURES) | {"config", "opd", "failures", "reward_sum", "passed"}
-    for key, raw in summary.items():  # anything else the summary holds, as text
+        warn = key in ("bad_lines", "unreadable_records") or (
+            key in ("interrupted_episodes", "infra_errors", "unfinished") and bool(value))
+        run_cards.append(_figure(label, value, kind, description, why, warn=warn))
+    failures = as_dict(run.summary_file).get("failures")
+    if isinstance(failures, list) and failures:
+        run_cards.append(_figure("Episode errors", float(len(failures)), "count",
+                                 "episodes that raised (summary.json)", warn=True))
+    shown = set(RUN_FIGURES) | SUMMARY_KEYS
+    for key, raw in as_dict(run.summary_file).items():  # anything else it holds, as text
         if key not in shown and not str(key).startswith("_"):
             text = fmt(raw, percent=str(key).endswith("rate"))
             run_cards.append(
                 f'<div class="fig"><div class="l">{esc(str(key).replace("_", " "))}</div>'
                 f'<div class="n small">{esc(text)}</div><div class="d">from summary.json</div>'
                 "</div>")
-    opd = as_dict(summary.get("opd"))
-    if not opd:  # older runs: the last episode's running metrics
-        for ep in reversed(run.episodes):
-            opd = ep.row.opd_metrics or {}
-            if opd:
-                break
+    # recomputed from the played rows' records (never a row's running metrics)
+    opd = as_dict(summary.get("opd")) if run.stats.turns_scored else {}
     opd_cards = []
     for key, (label, description, kind) in OPD_FIGURES.items():
         full = f"opd/{key}"
@@ -162,13 +171,50 @@ def metric_figures(run: Run) -> str:
                 "mean_"):
             value = None
         opd_cards.append(_figure(label, value, kind, description, _why_missing(key, opd, gaps)))
-    source = "summary.json" if run.summary_file is not None else "computed from the episodes"
     return (
-        f'<h2>Run summary <span class="sub">({source})</span></h2>'
-        f'<div class="figs">{"".join(run_cards)}</div>'
+        '<h2>Run summary <span class="sub">(computed from the rows)</span></h2>'
+        f'<div class="figs" id="run-figures">{"".join(run_cards)}</div>'
+        + _disagreement(run) + group_section(run) +
         '<h2>OPD metrics</h2>'
         f'<div class="figs" id="opd-metrics">{"".join(opd_cards)}</div>'
     )
+
+
+def _disagreement(run: Run) -> str:
+    """A warning where summary.json says otherwise than the rows (the rows' numbers win)."""
+    differ = run.disagreements()
+    if not differ:
+        return ""
+    rate = {key: key.endswith("rate") for key, _, _ in differ}
+    items = "".join(f"<li>{esc(key)}: summary.json {esc(fmt(theirs, percent=rate[key]))}, "
+                    f"rows {esc(fmt(ours, percent=rate[key]))}</li>"
+                    for key, theirs, ours in differ)
+    return ('<div class="card err-note" id="summary-disagrees" style="margin-top:8px">'
+            "<b>summary.json disagrees with the rows</b> (the figures above are the rows'): "
+            f"<ul>{items}</ul></div>")
+
+
+def group_section(run: Run) -> str:
+    """Group statistics of a run played with --repeat N: pass@k and each task's group."""
+    groups = run.stats.groups
+    if not groups:
+        return ""
+    cards = [_figure(f"pass@{k}", value, "rate", f"unbiased, over tasks with >= {k} graded "
+                     "rollouts") for k, value in groups["pass_at_k"].items()]
+    cards.append(_figure("Reward std", groups["mean_reward_std"], "number",
+                         "within-task reward std, mean over tasks", "no group"))
+    rows = "".join(
+        f'<tr><td>{esc(task)}</td><td class="num">{g["n"]}</td>'
+        f'<td class="num">{g["passed"]}/{g["graded"]}</td>'
+        f'<td class="num">{esc(fmt(g["mean_reward"]))}</td>'
+        f'<td class="num">{esc(fmt(g["reward_std"]))}</td></tr>'
+        for task, g in sorted(groups["per_task"].items()))
+    head = ("<tr><th>task</th><th>rollouts</th><th>passed</th><th>mean reward</th>"
+            "<th>reward std</th></tr>")
+    return (f'<h2>Groups <span class="sub">({groups["tasks"]} tasks x {groups["repeat"]} '
+            'rollouts, played episodes only)</span></h2>'
+            f'<div class="figs" id="group-figures">{"".join(cards)}</div>'
+            f'<table class="index" id="groups" style="margin-top:8px">{head}{rows}</table>')
 
 
 def _bars_svg(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float | None], str]],
@@ -274,10 +320,76 @@ def charts(run: Run) -> str:
     else:
         turn_body = _na("no episodes")
     return ('<h2>Charts</h2><div class="charts">'
+            + _chart("Reward over episodes", reward_chart([run]), "chart-reward")
             + _chart("Teacher − student logprob gaps", gap_body, "chart-gaps")
             + _chart("Hint rate and reward per task", task_body, "chart-tasks")
             + _chart("Turns per episode", turn_body, "chart-turns")
             + "</div>")
+
+
+SERIES_COLOURS = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2")
+
+
+def reward_points(run: Run) -> list[tuple[int, float, bool | None]]:
+    """(episode id, reward, passed) of every played episode, in episode order."""
+    points = []
+    for position, ep in enumerate(run.rows()):
+        row = ep.row
+        if row.played:
+            ident = row.episode if row.episode is not None else position
+            points.append((ident, row.reward, row.passed))
+    return sorted(points, key=lambda p: p[0])
+
+
+def reward_chart(runs: Sequence[Run]) -> str:
+    """Reward of each played episode over episode ids (points: green passed, red failed) and
+    each run's running mean as a line; one colour per run when several are compared."""
+    series = [(run, reward_points(run)) for run in runs]
+    if not any(points for _, points in series):
+        return _na("no played episode")
+    width, height, left = 340, 140, 34
+    bottom = 28 + (12 * len(runs) + 4 if len(runs) > 1 else 0)  # room for the legend
+    xs = [p[0] for _, points in series for p in points]
+    ys = [p[1] for _, points in series for p in points]
+    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
+    y0, y1 = min(0.0, min(ys)), max(1.0, max(ys))
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return (left + (x - x0) / (x1 - x0) * (width - left - 6),
+                6 + (y1 - y) / (y1 - y0) * (height - 12))
+
+    parts = [f'<svg width="{width + 20}" height="{height + bottom}" role="img">',
+             f'<line x1="{left}" y1="{height}" x2="{width}" y2="{height}" stroke="#9ca3af"/>',
+             f'<text x="{left - 4}" y="{at(0, y1)[1] + 4:.1f}" text-anchor="end">{y1:g}</text>',
+             f'<text x="{left - 4}" y="{at(0, y0)[1]:.1f}" text-anchor="end">{y0:g}</text>']
+    for index, (run, points) in enumerate(series):
+        colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+        total, line = 0.0, []
+        for n, (x, y, passed) in enumerate(points, 1):
+            total += y
+            line.append("{:.1f},{:.1f}".format(*at(x, total / n)))
+            px, py = at(x, y)
+            fill = colour if len(runs) > 1 else (
+                "#10b981" if passed else "#ef4444" if passed is False else "#9ca3af")
+            verdict = {True: "passed", False: "failed", None: "ungraded"}[passed]
+            parts.append(f'<circle class="pt" cx="{px:.1f}" cy="{py:.1f}" r="2.5" '
+                         f'fill="{fill}"><title>{esc(run.name)} episode {x}: reward '
+                         f"{y:.3f}, {verdict}</title></circle>")
+        if len(line) > 1:
+            parts.append(f'<polyline points="{" ".join(line)}" fill="none" stroke="{colour}" '
+                         'stroke-width="1.5" opacity="0.8"/>')
+    parts.append(f'<text x="{left}" y="{height + 12}">{x0}</text>'
+                 f'<text x="{width}" y="{height + 12}" text-anchor="end">{max(xs)}</text>'
+                 f'<text x="{(width + left) / 2:.0f}" y="{height + 25}" text-anchor="middle">'
+                 "episode (line: running mean reward)</text>")
+    if len(runs) > 1:
+        for index, run in enumerate(runs):
+            colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+            y = height + 32 + 12 * index
+            parts.append(f'<rect x="{left}" y="{y}" width="8" height="8" fill="{colour}"/>'
+                         f'<text x="{left + 12}" y="{y + 8}">{esc(run.name[:40])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -291,14 +403,7 @@ def _hint_rate(episodes: Sequence[Episode]) -> float | None:
 
 def run_config(run: Run) -> dict[str, Any]:
     """The run's configuration: `config.json` beside the run, else summary.json's `config`."""
-    path = Path(run.path) / "config.json"
-    config: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-            config = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            config = {}
+    config = dict(run.config_file or {})
     if not config:
         config = as_dict(run.summary().get("config"))
     return {k: v for k, v in config.items() if v is not None and k != "func"}

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.viewer.assets import PAGE, SCRIPT, STYLE, bucket_css
-from opd_gym.viewer.conversation import render_conversation
+from opd_gym.viewer.conversation import render_conversation, turn_failed
 from opd_gym.viewer.figures import FIGURE_STYLE, charts, config_table, metric_figures
 from opd_gym.viewer.markup import chip, esc, fmt, pre, script_json
 from opd_gym.viewer.run import Episode, Run, as_float, as_list, load_run
@@ -30,6 +30,14 @@ from opd_gym.viewer.tokens import (
 )
 
 REPORT = "report.html"
+FILTER_CONTROL = (
+    '<label for="filter">Show</label><select id="filter" name="filter">'
+    '<option value="all">all episodes</option>'
+    '<option value="failed-episodes">failed episodes (not passed or not played)</option>'
+    '<option value="failed-turns">failed turns (format error, tool error or exit != 0)</option>'
+    '<option value="hinted-turns">hinted turns (the judge gave a hint)</option>'
+    '</select><span id="filter-status"></span>'
+)
 MAX_PROBLEMS = 50
 SUMMARY_ORDER = ("episodes", "finished", "unfinished", "pass_rate", "mean_reward", "mean_turns",
                  "hint_rate", "tokens_scored", "seconds", "bad_lines")
@@ -83,7 +91,7 @@ def render_report(
         _legend(),
         _index(run.episodes, len(shown)),
         '<div class="toolbar"><button data-open="1">Expand all</button>'
-        '<button data-open="0">Collapse all</button>'
+        '<button data-open="0">Collapse all</button>' + FILTER_CONTROL +
         '<span id="js-status">static view (script not run)</span></div>',
     ]
     if len(shown) < len(run.episodes):
@@ -176,6 +184,34 @@ def _verdict(ep: Episode) -> str:
     return f'<span class="badge fail">FAIL {esc(count)}</span>'
 
 
+def _state(ep: Episode) -> str:
+    """Badges for an episode that does not count as played: interrupted (Ctrl-C), an infra
+    error in grading, or otherwise unfinished; --resume plays each again."""
+    row = ep.row
+    if row.interrupted:
+        return ' <span class="badge unfinished">INTERRUPTED</span>'
+    if not row.finished:
+        return ' <span class="badge unfinished">UNFINISHED</span>'
+    if row.infra_error:
+        return ' <span class="badge unfinished">INFRA ERROR</span>'
+    return ""
+
+
+def filter_attrs(ep: Episode) -> str:
+    """The episode's tags for the report's filters: data-failed (not passed, or not played),
+    data-fail-turns and data-hint-turns (how many of its turns failed or got a hint)."""
+    row = ep.row
+    attrs = []
+    if not row.played or not ep.passed:
+        attrs.append(' data-failed="1"')
+    failed = sum(turn_failed(t) for t in ep.turns if isinstance(t, dict))
+    if failed:
+        attrs.append(f' data-fail-turns="{failed}"')
+    if ep.hints:
+        attrs.append(f' data-hint-turns="{ep.hints}"')
+    return "".join(attrs)
+
+
 def _index(episodes: list[Episode], shown: int) -> str:
     if not episodes:
         return '<h2>Episodes</h2><p class="muted">No episodes in this run.</p>'
@@ -183,9 +219,9 @@ def _index(episodes: list[Episode], shown: int) -> str:
     for ep in episodes:
         name = esc(ep.task_id)
         link = f'<a href="#ep-{ep.number}">{name}</a>' if ep.number <= shown else name
-        unfinished = "" if ep.finished else ' <span class="badge unfinished">UNFINISHED</span>'
+        unfinished = _state(ep)
         rows.append(
-            f'<tr><td class="num">{ep.number}</td><td>{link}</td>'
+            f'<tr class="eprow"{filter_attrs(ep)}><td class="num">{ep.number}</td><td>{link}</td>'
             f'<td class="num">{esc(fmt(ep.row.seed))}</td>'
             f'<td class="num">{esc(fmt(ep.reward))}</td><td>{_verdict(ep)}{unfinished}</td>'
             f'<td class="num">{ep.num_turns}</td><td class="num">{ep.hints}</td>'
@@ -203,7 +239,7 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
     summary = [
         f'<span class="ep-title">#{ep.number} {esc(ep.task_id)}</span>',
         _verdict(ep),
-        "" if ep.finished else '<span class="badge unfinished">UNFINISHED</span>',
+        _state(ep),
         chip("reward", fmt(ep.reward)),
         chip("turns", ep.num_turns),
         chip("hints", ep.hints),
@@ -230,7 +266,8 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
                         for k, v in metrics.items())
         body.append(f'<div class="meta"><span class="muted">OPD metrics:</span> {chips}</div>')
     opened = " open" if open_ else ""
-    return (f'<details class="ep" id="ep-{ep.number}"{opened}><summary>{"".join(summary)}</summary>'
+    return (f'<details class="ep" id="ep-{ep.number}"{filter_attrs(ep)}{opened}>'
+            f'<summary>{"".join(summary)}</summary>'
             f'<div class="ep-body">{"".join(body)}</div></details>')
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from opd_gym.errors import DatasetError
 from opd_gym.opd.record import OPDRecord
-from opd_gym.runs import SUMMARY, TRAJECTORIES, EpisodeRow, RunDirectory, hint_rate
+from opd_gym.runs import SUMMARY, TRAJECTORIES, EpisodeRow, RunDirectory, RunSummary, hint_rate
 from opd_gym.runs.schema import as_dict, as_float, as_list
 
 __all__ = [
@@ -97,22 +97,91 @@ class Episode:
         return records, problems
 
 
+# Numbers the report recomputes from the rows and compares with summary.json's.
+CHECKED = ("episodes", "passed", "pass_rate", "mean_reward", "interrupted_episodes",
+           "infra_errors", "unfinished", "tokens_scored")
+
+
 @dataclass
 class Run:
-    """A run directory's episodes, its `summary.json` (if any) and the lines skipped."""
+    """A run directory's episodes, its `summary.json` and `config.json` (if any) and the
+    lines skipped."""
 
     path: Path
     episodes: list[Episode] = field(default_factory=list)
     summary_file: dict[str, Any] | None = None
+    config_file: dict[str, Any] | None = None
     bad_lines: int = 0
     problems: list[str] = field(default_factory=list)
 
+    @property
+    def name(self) -> str:
+        return self.path.name or str(self.path)
+
+    def rows(self) -> list[Episode]:
+        """One episode per episode id (the last line of an id, lines without one all), in the
+        order ids first appear: what the numbers count (as `RunDirectory.episodes`)."""
+        by_id: dict[int, Episode] = {}
+        order: list[Episode | int] = []
+        for ep in self.episodes:
+            ident = ep.row.episode
+            if ident is None:
+                order.append(ep)
+                continue
+            if ident not in by_id:
+                order.append(ident)
+            by_id[ident] = ep
+        return [by_id[item] if isinstance(item, int) else item for item in order]
+
+    @property
+    def repeat(self) -> int:
+        """Rollouts per task (`--repeat`), from config.json, else summary.json; 1 if neither."""
+        summary = as_dict(self.summary_file)
+        for value in (as_dict(self.config_file).get("repeat"),
+                      as_dict(summary.get("config")).get("repeat"),
+                      as_dict(summary.get("groups")).get("repeat")):
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return value
+        return 1
+
+    @cached_property
+    def stats(self) -> RunSummary:
+        """The run's numbers recomputed from its rows, by the same code as summary.json."""
+        return RunSummary.of_rows([ep.row for ep in self.rows()], repeat=self.repeat,
+                                  tolerant=True)
+
     def summary(self) -> dict[str, Any]:
-        """The run summary shown on top: `summary.json` if present, completed from the episodes."""
-        out = dict(self.summary_file or {})
-        for key, value in summarize(self.episodes).items():
-            out.setdefault(key, value)
+        """The run summary shown on top, recomputed from the rows (`stats`) with what rows
+        cannot tell taken from summary.json (wall time), plus the viewer's own counts."""
+        rows = self.rows()
+        out = self.stats.to_dict()
+        out.pop("seconds", None)
+        out.pop("skipped", None)
+        out.pop("interrupted", None)
+        seconds = as_float(as_dict(self.summary_file).get("seconds"))
+        if seconds is not None:
+            out["seconds"] = seconds
+        out["rows"] = len(rows)
+        out["mean_turns"] = (sum(ep.num_turns for ep in rows) / len(rows)) if rows else None
         out["bad_lines"] = self.bad_lines
+        return out
+
+    def disagreements(self) -> list[tuple[str, Any, Any]]:
+        """(key, summary.json's value, the rows' value) wherever summary.json says otherwise
+        than its rows (an old or hand-edited file): the report shows the rows' numbers."""
+        if not self.summary_file:
+            return []
+        mine = self.stats.to_dict()
+        out = []
+        for key in CHECKED:
+            if key not in self.summary_file:
+                continue
+            theirs, ours = self.summary_file[key], mine.get(key)
+            a, b = as_float(theirs), as_float(ours)
+            same = (a is None and b is None) or (
+                a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b)))
+            if not same:
+                out.append((key, theirs, ours))
         return out
 
 
@@ -160,4 +229,9 @@ def load_run(run_dir: str | Path) -> Run:
         run.summary_file = directory.read_summary()
     except DatasetError as exc:
         run.problems.append(f"{SUMMARY}: {str(exc).removeprefix(f'{directory.summary_path}: ')}")
+    try:
+        run.config_file = directory.read_config()
+    except DatasetError as exc:
+        run.problems.append(f"config.json: "
+                            f"{str(exc).removeprefix(f'{directory.config_path}: ')}")
     return run

@@ -4,14 +4,14 @@ Under an `OPDWrapper`, the OPD records found in step infos (`info["opd"]`, a lis
 record from older code is accepted too) are kept too, as `opd` (their `to_dict()`) with the
 terminal step's `opd_metrics`.
 
-One line per episode, appended with a single `write` on an `O_APPEND` file, so several envs
+Each line is an `opd_gym.runs.schema.EpisodeRow` (the one row format), in strict JSON. One
+line per episode, appended with a single `write` on an `O_APPEND` file, so several envs
 (threads or processes) may share one file. An episode cut short by `reset` or `close` is
 written too, with `"finished": false`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from opd_gym.runs.schema import SCHEMA_VERSION  # the one version, owned by opd_gym.runs
+from opd_gym.runs.schema import EpisodeRow, dumps
 
 
 class TrajectoryRecorder(gym.Wrapper):
@@ -39,7 +39,7 @@ class TrajectoryRecorder(gym.Wrapper):
         self.include_tools = include_tools
         self.fsync = fsync  # flush each line to disk: a killed run keeps every finished episode
         self.extra: dict[str, Any] = {}  # fields added to the next lines (e.g. an episode number)
-        self.last_record: dict[str, Any] | None = None
+        self.last_row: EpisodeRow | None = None  # the last episode written
         self._fd: int | None = None
         self._episode: dict[str, Any] | None = None
         self.episodes_written = 0
@@ -81,12 +81,12 @@ class TrajectoryRecorder(gym.Wrapper):
             self._fd = None
         super().close()
 
-    def record(self, finished: bool) -> dict[str, Any]:
-        """The JSON-able record of the current episode."""
-        assert self._episode is not None
+    def row(self, finished: bool) -> EpisodeRow | None:
+        """The row of the current episode (None when none started or no step was taken)."""
+        if self._episode is None or not self._episode["rewards"]:
+            return None
         episode, info = self._episode, self._episode["last_info"]
         record: dict[str, Any] = {
-            "schema": SCHEMA_VERSION,
             "task_id": episode["task_id"],
             "seed": episode["seed"],
             "finished": finished,
@@ -108,7 +108,12 @@ class TrajectoryRecorder(gym.Wrapper):
         if self.include_tools:
             record["tools"] = info.get("tools", [])
         record.update(self.extra)
-        return record
+        return EpisodeRow.from_dict(record)
+
+    @property
+    def last_record(self) -> dict[str, Any] | None:
+        """The last episode written, as stored."""
+        return None if self.last_row is None else self.last_row.to_dict()
 
     def _collect_opd(self, info: dict[str, Any]) -> None:
         """Keep the OPD records and metrics an `OPDWrapper` put into this step's info."""
@@ -123,12 +128,12 @@ class TrajectoryRecorder(gym.Wrapper):
     def _flush(self, *, finished: bool) -> None:
         if self._episode is None:
             return
-        if not self._episode["rewards"]:  # reset with no step taken: nothing to record
-            self._episode = None
-            return
-        self.last_record = self.record(finished)
-        line = json.dumps(self.last_record, ensure_ascii=False, default=str) + "\n"
+        row = self.row(finished)  # None: reset with no step taken, nothing to record
         self._episode = None
+        if row is None:
+            return
+        self.last_row = row
+        line = dumps(row.to_dict(), ensure_ascii=False) + "\n"
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         data = memoryview(line.encode("utf-8"))

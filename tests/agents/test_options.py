@@ -16,8 +16,9 @@ from opd_gym.agents.hf import TransformersPolicy
 from opd_gym.agents.policies import make_agent_factory
 from opd_gym.models.dtypes import checkpoint_dtype, resolve_dtype
 from opd_gym.opd.teachers import TransformersTeacher
+from opd_gym.opd.teachers import make_teacher as resolve_teacher
 from opd_gym.opd.teachers.vllm_launch import server_command
-from opd_gym.opd.wrapper import OPDWrapper, resolve_teacher
+from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.tasks import load_suite
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice

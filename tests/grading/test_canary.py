@@ -216,3 +216,287 @@ def test_code_that_runs_under_several_ids_gets_no_canary():
     canaries = make_canaries({"tests/test_m.py": source}, ["tests/test_m.py"], seed=7)
     assert set(canaries.canaries) == {"tests/test_m.py::test_calls_base",
                                       "tests/test_m.py::TestAlone::test_one"}
+
+
+# -- data-driven tests: parametrize tables, loops, module tables, empty literals ---------------
+def _collect_ids(files: dict[str, str]) -> list[str]:
+    """Node ids real pytest (this interpreter's) collects from `files`, in a fresh folder."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="opd-ids-") as folder:
+        for rel, text in files.items():
+            Path(folder, rel).write_text(text)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             *files], cwd=folder, capture_output=True, text=True, timeout=120)
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert ids, done.stdout + done.stderr
+    return ids
+
+
+# values whose pytest id canary.py computes exactly (8.4 and 9.x alike) ...
+PARAM_VALUES = [
+    "0", "-3", "1_000", "0x1F", "2.5", "-0.0", "1e20", "True", "False", "None", "'abc'", "''",
+    "'a b-c'", "b'raw'", "[1, 2]", "(3,)", "{'k': 1}", "set()", "'1'", "'1-2'", "1", "2.50",
+    "'q\"uote'", "[]",
+]
+# ... and values it refuses (names, calls, non-ASCII, escapes, text over 100 characters)
+REFUSED = ["10**0", "float('inf')", "'x' * 3", "'日本'", "'tab\\t'", "'" + "A" * 120 + "'",
+           "abs"]
+
+
+def _param_module(rows: list[tuple[str, str]], extra: str = "") -> str:
+    table = ",\n    ".join(f"({a}, {b})" for a, b in rows)
+    return (
+        "import pytest\n\n\n"
+        f"@pytest.mark.parametrize('given,expected', [\n    {table},\n]{extra})\n"
+        "def test_table(given, expected):\n"
+        "    assert given == expected  # the honest function here is the identity\n"
+    )
+
+
+def test_parametrize_canary_keeps_pytests_ids_and_perturbs_every_row():
+    """ids= computed as pytest would, in both variants; every row's expected value changed.
+    Proven against real pytest collection on many values (duplicates included)."""
+    rng = random.Random(0)
+    checked = 0
+    for trial in range(7):
+        values = rng.choices(PARAM_VALUES, k=8)  # duplicates too
+        if trial % 3 == 2:
+            values[rng.randrange(8)] = rng.choice(REFUSED)
+        rows = [(v, v) for v in values]
+        path = "test_param.py"
+        sources = {path: _param_module(rows)}
+        original = _collect_ids(sources)
+        canaries = make_canaries(sources, [path], seed=trial)
+        canary = canaries.canaries[f"{path}::test_table"]
+        if trial % 3 == 2:
+            assert canary.kind == "operator"  # refused: the complement, as before
+            continue
+        assert canary.kind == "param" and canary.real
+        variants = build_variants(sources, canaries, random.Random(trial))
+        for files in variants.files:
+            assert _collect_ids(files) == original
+        real = variants.files[variants.real_in[canary.test_id]][path]
+        fake = variants.files[1 - variants.real_in[canary.test_id]][path]
+        assert real.count("\n") == fake.count("\n") == sources[path].count("\n")
+        ids_text = real[real.index(", ids="):real.index(")\ndef")]
+        assert ids_text in fake  # the same ids text in both variants
+        # the real table is the original one; the canary's expected column differs per row
+        real_rows = ast.literal_eval(ast.parse(real).body[1].decorator_list[0].args[1])
+        fake_rows = ast.literal_eval(ast.parse(fake).body[1].decorator_list[0].args[1])
+        assert all(a == b for a, b in real_rows)
+        changed = [a != b for a, b in fake_rows]
+        perturbable = [ast.literal_eval(v) not in (None,) for v in values]
+        assert changed == perturbable, (values, fake_rows)
+        checked += 1
+    assert checked == 5
+
+
+def test_parametrize_duplicates_and_literal_ids_match_pytest():
+    path = "test_param.py"
+    for rows, extra in (([("1", "1"), ("1", "1"), ("'1'", "'1'"), ("[1]", "[1]")], ""),
+                        ([("2", "2"), ("3", "3")], ", ids=['two', 'three']")):
+        sources = {path: _param_module(rows, extra)}
+        canaries = make_canaries(sources, [path], seed=1)
+        canary = canaries.canaries[f"{path}::test_table"]
+        assert canary.kind == "param"
+        assert bool(canary.real) == (not extra)  # literal ids stay as written
+        for files in build_variants(sources, canaries).files:
+            assert _collect_ids(files) == _collect_ids(sources)
+
+
+def test_parametrize_refused_when_ids_cannot_be_vouched_for():
+    path = "test_param.py"
+    cases = [
+        _param_module([("1", "1")], ", ids=lambda v: str(v)"),  # ids from a function
+        _param_module([("1", "1")], ", indirect=True"),
+        _param_module([("1", "1"), ("2", "X")]),  # a name: its id needs the runtime value
+        _param_module([("1", "1")]).replace("assert given == expected",
+                                            "assert given == expected and expected"),
+    ]
+    for source in cases:
+        canary = make_canaries({path: source}, [path], seed=3).canaries.get(f"{path}::test_table")
+        assert canary is None or canary.kind != "param", source
+    hook = {"conftest.py": "def pytest_make_parametrize_id(config, val, argname):\n"
+                           "    return 'v'\n", path: _param_module([("1", "1")])}
+    canary = make_canaries(hook, [path], seed=3).canaries[f"{path}::test_table"]
+    assert canary.kind == "operator"  # a conftest renames ids: no table canary
+
+
+LOOPS = '''\
+import pytest
+from calc import f
+
+CASES = [(1, "one"), (2, "two"), (3, "three")]
+SHARED = [(1, "one"), (2, "two")]
+
+
+def test_module_table():
+    for given, expected in CASES:
+        assert f(given) == expected
+
+
+def test_shared_a():
+    for given, expected in SHARED:
+        assert f(given) == expected
+
+
+def test_shared_b():
+    for given, expected in SHARED:
+        assert f(given) == expected
+
+
+def test_inline_loop():
+    for given, expected in [(4, "four"), (5, "five")]:
+        assert expected == f(given)
+
+
+def test_local_expectation():
+    expected = ["x", "y"]
+    assert f(0) == expected
+
+
+def test_empties():
+    assert f(None) == []
+    assert f(None) == ""
+    assert f(None) == {}
+    assert f(None) == ()
+    assert f(None) == set()
+'''
+
+
+def test_loops_module_tables_and_empty_literals_get_value_canaries():
+    path = "tests/test_loops.py"
+    sources = {path: LOOPS}
+    seen: dict[str, set[tuple[str, str, str]]] = {}
+    for seed in range(30):
+        canaries = make_canaries(sources, [path], seed)
+        for test_id, canary in canaries.canaries.items():
+            seen.setdefault(test_id.rpartition("::")[2], set()).add(
+                (canary.kind, canary.original, canary.replacement))
+    assert {k for k, _, _ in seen["test_module_table"]} == {"data"}
+    assert {o for _, o, _ in seen["test_module_table"]} == {'"one"', '"two"', '"three"'}
+    assert {o for _, o, _ in seen["test_inline_loop"]} == {'"four"', '"five"'}
+    assert {o for _, o, _ in seen["test_local_expectation"]} == {'"x"', '"y"'}
+    # a table two tests read is never perturbed: they get the complement only
+    assert {k for k, _, _ in seen["test_shared_a"] | seen["test_shared_b"]} == {"operator"}
+    empties = seen["test_empties"]
+    assert {k for k, _, _ in empties} == {"literal"}
+    assert {o for _, o, _ in empties} == {"[]", '""', "{}", "()", "set()"}
+    for _, old, new in empties:
+        before, after = ast.literal_eval(old), ast.literal_eval(new)
+        assert type(before) is type(after) and len(after) == 1
+
+
+# -- unittest.TestCase -----------------------------------------------------------------------
+UNITTEST = '''\
+import threading
+import unittest
+from unittest import TestCase as Case
+
+from calc import add, parse
+
+
+class Mixin:
+    def test_shared(self):
+        self.assertEqual(add(1, 1), 2)
+
+
+class AddTests(unittest.TestCase):
+    def test_equal(self):
+        self.assertEqual(add(2, 3), 5)
+        self.assertEqual(7, add(3, 4))
+
+    def test_flags(self):
+        self.assertTrue(add(1, 1))
+        self.assertIsNone(parse(""))
+
+    def test_raises_cm(self):
+        with self.assertRaises(ValueError):
+            parse("x")
+
+    def test_raises_call(self):
+        self.assertRaises(KeyError, parse, "k")
+
+    def test_almost(self):
+        self.assertAlmostEqual(add(0.1, 0.2), 0.3, places=2)
+
+    def test_almost_delta(self):
+        self.assertAlmostEqual(add(1, 1), 2.0, delta=5)
+
+    def test_not_in(self):
+        self.assertNotIn(3, parse("1,2"))
+
+    def test_list(self):
+        self.assertListEqual(parse("1,2"), [1, 2])
+
+    def test_nested_only(self):
+        def check():
+            self.assertEqual(add(1, 2), 3)
+        check()
+
+    def test_waits(self):
+        gate = threading.Event()
+        self.assertEqual(add(1, 2), 3)
+        gate.set()
+
+
+class MixedTests(Mixin, Case):
+    def test_own(self):
+        self.assertIn(add(1, 1), [2, 4])
+
+
+class BaseTests(unittest.TestCase):
+    def test_base(self):
+        self.assertEqual(add(0, 0), 0)
+
+
+class DerivedTests(BaseTests):
+    pass
+'''
+
+
+def test_unittest_ids_match_pytest_collection():
+    path = "test_units.py"
+    files = {path: UNITTEST, "calc.py": "def add(a, b):\n    return a + b\n\n"
+                                         "def parse(s):\n    return s\n"}
+    collected = set(_collect_ids(files))
+    assert expected_tests(files, [path]) == collected
+    canaries = make_canaries(files, [path], seed=1)
+    assert set(canaries.tests) == collected
+
+
+def test_unittest_assertions_get_canaries_where_one_id_runs_them():
+    path = "test_units.py"
+    sources = {path: UNITTEST}
+    seen: dict[str, set[tuple[str, str, str]]] = {}
+    for seed in range(30):
+        canaries = make_canaries(sources, [path], seed)
+        for test_id, canary in canaries.canaries.items():
+            seen.setdefault(test_id.split("::", 1)[1], set()).add(
+                (canary.kind, canary.original, canary.replacement))
+    # mixin methods, inherited methods and waiting tests get none
+    assert not {"MixedTests::test_shared", "BaseTests::test_base", "DerivedTests::test_base",
+                "AddTests::test_waits"} & set(seen)
+    # a nested function the test itself calls is part of the test (grading/canary.py `_own`)
+    assert {k for k, _, _ in seen["AddTests::test_nested_only"]} == {"literal"}
+    assert {o for k, o, _ in seen["AddTests::test_equal"]} == {"5", "7"}
+    assert {(k, o, n) for k, o, n in seen["AddTests::test_flags"]} == {
+        ("operator", "assertTrue", "assertFalse"), ("operator", "assertIsNone", "assertIsNotNone")}
+    for test in ("AddTests::test_raises_cm", "AddTests::test_raises_call"):
+        kinds = {k for k, _, _ in seen[test]}
+        assert kinds == {"raises"}
+        assert all(o != n for _, o, n in seen[test])
+    for _, old, new in seen["AddTests::test_almost"]:
+        assert abs(float(new) - float(old)) > 0.02  # beyond places=2
+    # within delta=5 no perturbation of 2.0 by one or two digits is sure to leave the band
+    assert {(k, n) for k, _, n in seen["AddTests::test_almost_delta"]} <= {
+        ("operator", "assertNotAlmostEqual"), ("literal", "7.0"), ("literal", "8.0"),
+        ("literal", "9.0"), ("literal", "5.0"), ("literal", "4.0")} and all(
+        k == "operator" or abs(float(n) - 2.0) > 10 for k, _, n in
+        seen["AddTests::test_almost_delta"])
+    assert seen["AddTests::test_not_in"] == {("operator", "assertNotIn", "assertIn")}
+    assert {k for k, _, _ in seen["AddTests::test_list"]} == {"literal"}
+    assert {k for k, _, _ in seen["MixedTests::test_own"]} == {"literal"}

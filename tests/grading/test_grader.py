@@ -311,3 +311,93 @@ def test_a_refused_path_is_dropped_not_a_failed_grade(grader, toy_task):
     files = {"calc.py": toy_task.solution["calc.py"].encode(), "../outside.py": b"x = 1\n"}
     report = grader.grade(toy_task, files)
     assert report.score == 1.0 and "../outside.py" in report.dropped, report
+
+
+def test_a_timed_out_variant_names_the_canaries_it_was_running():
+    sources = {"test_x.py": "def test_a():\n    assert f() == 1\n\n"
+                            "def test_b():\n    assert f() == 2\n"}
+    calibration, canaries = _calibration(sources)
+    variants = build_variants(sources, canaries)
+    ids = ["test_x.py::test_a", "test_x.py::test_b"]
+    canary_of_a = 1 - variants.real_in["test_x.py::test_a"]
+    runs = [{"exit": 0, "tests": [{"id": i, "outcome": "passed"} for i in ids],
+             "collect_errors": [], "timed_out": False, "output": "", "running": []}
+            for _ in range(2)]
+    runs[canary_of_a] = {**runs[canary_of_a], "timed_out": True, "running": [ids[0]],
+                         "tests": [e for e in runs[canary_of_a]["tests"] if e["id"] != ids[0]]}
+    import json
+
+    raw = json.dumps({"version": 2, "variants": runs}).encode()
+    merged = merge(parse_verdict(raw), set(ids), True, canaries, variants)
+    assert merged.hung_canaries == {ids[0]} and merged.real[ids[0]][0] == "passed"
+    assert merged.timed_out and "while running test_x::test_a" in merged.reason
+    # The variant that held the real test hung: no canary to blame.
+    runs[canary_of_a], runs[1 - canary_of_a] = runs[1 - canary_of_a], runs[canary_of_a]
+    raw = json.dumps({"version": 2, "variants": runs}).encode()
+    assert merge(parse_verdict(raw), set(ids), True, canaries, variants).hung_canaries == set()
+    bad = json.dumps({"version": 2, "variants": [{**runs[0], "running": [3]}, runs[1]]})
+    with pytest.raises(VerdictError):
+        parse_verdict(bad.encode())
+
+
+HANGING_CANARY_TESTS = '''\
+import threading
+
+from calc import add
+
+
+def test_add_in_a_thread():
+    ev = threading.Event()
+
+    def worker():
+        x = add(1, 2)
+        assert x == 3
+        ev.set()
+
+    threading.Thread(target=worker, daemon=True).start()
+    ev.wait()
+
+
+def test_small():
+    assert add(2, 2) == 4
+'''
+
+
+def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader, make_task):
+    task = make_task(tests={"test_calc.py": HANGING_CANARY_TESTS}, timeout=4.0)
+    calibration = grader.calibration(task)
+    assert calibration.calibrated
+    assert "test_calc.py::test_add_in_a_thread" not in calibration.canaries.canaries
+    assert "test_calc.py::test_small" in calibration.canaries.canaries
+    report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert report.score == 1.0 and not report.timed_out, report
+    earns = {t.name: t.earns for t in report.tests}
+    assert earns == {"test_calc::test_add_in_a_thread": False, "test_calc::test_small": True}
+    wrong = grader.grade(task, {"calc.py": b"def add(a, b):\n    return a - b\n"})
+    assert wrong.score == 0.0 and wrong.timed_out and "test_add_in_a_thread" in wrong.reason
+
+
+def test_test_ids_select_a_subset_of_the_hidden_file(grader, make_task):
+    ids = ("test_calc.py::test_small", "test_calc.py::test_zero")
+    task = make_task(test_ids=ids, tests={"test_calc.py": CALC_TESTS_WITH_A_BROKEN_ONE})
+    report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert report.score == 1.0 and report.reason == "", report
+    assert sorted(t.name for t in report.tests) == ["test_calc::test_small",
+                                                   "test_calc::test_zero"]
+
+
+CALC_TESTS_WITH_A_BROKEN_ONE = '''\
+from calc import add
+
+
+def test_small():
+    assert add(1, 2) == 3
+
+
+def test_broken_upstream():
+    assert add(1, 1) == 3
+
+
+def test_zero():
+    assert add(0, 0) == 0
+'''

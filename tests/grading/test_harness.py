@@ -203,6 +203,7 @@ def test_a_timeout_keeps_what_finished_and_marks_the_variant(tmp_path):
         "tests/test_t.py::test_a_first": "passed"}
     assert hung["timed_out"] is True and hung["exit"] == -1
     assert outcomes(hung) == {"tests/test_t.py::test_a_first": "passed"}
+    assert hung["running"] == ["tests/test_t.py::test_b_hangs"] and quick["running"] == []
 
 
 def test_an_early_exit_loses_the_tests_it_skipped(tmp_path):
@@ -350,9 +351,24 @@ def test_the_request_builder_shapes_version_2():
                               None, ["tests/t.py"])
     assert request == {
         "version": 2, "workspace": "/workspace", "agent_uid": 1000, "timeout": 7.0,
-        "ini": None, "args": ["tests/t.py"],
+        "ini": None, "args": ["tests/t.py"], "select": None,
         "variants": [{"files": {"tests/t.py": "x"}}, {"files": {"tests/t.py": "y"}}],
     }
+
+
+def test_a_selection_runs_exactly_those_ids(tmp_path):
+    tests = ("import pytest\n\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n\n"
+             "@pytest.mark.parametrize('text', ['x::y', '[z]', 'plain'])\n"
+             "def test_p(text):\n    pass\n")
+    select = ["tests/test_s.py::test_b", "tests/test_s.py::test_p[x::y]",
+              "tests/test_s.py::test_p[[z]]", "tests/test_s.py::test_gone"]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    raw = run_harness_here(ws, [{"tests/test_s.py": tests}], args=("tests",), timeout=30,
+                           select=select)
+    [variant] = json.loads(raw.splitlines()[-1])["variants"]
+    assert outcomes(variant) == {i: "passed" for i in select[:3]}
+    assert variant["collect_errors"] == [] and variant["running"] == []
 
 
 @pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
@@ -388,8 +404,10 @@ def harness_pid():
         return int(fh.read().rpartition(")")[2].split()[1])
 
 
-def test_runs_as_the_agent(request):
-    assert (os.getuid(), os.geteuid(), os.getgid(), os.getgroups()) == (1000, 1000, 1000, [])
+def test_runs_as_a_variant_uid(request):
+    uid = os.getuid()
+    assert uid in (1001, 1002)
+    assert (os.geteuid(), os.getgid(), os.getgroups()) == (uid, uid, [])
     with open("/proc/self/status") as fh:
         assert "CapEff:\\t0000000000000000" in fh.read()
     ini = str(request.config.inipath)
@@ -402,6 +420,8 @@ def test_runs_as_the_agent(request):
         open("tests/test_sep.py", "a")
     with pytest.raises(PermissionError):
         open("planted.txt", "w")
+    with pytest.raises(PermissionError):  # the agent's workspace is closed while grading
+        os.listdir("/workspace")
 
 
 def test_cannot_signal_the_harness():
@@ -413,14 +433,12 @@ def test_cannot_signal_the_harness():
 
 
 def test_leaves_a_detached_process():
-    proc = subprocess.Popen(["setsid", "sleep", "300"], start_new_session=True)
-    with open("/tmp/detached.pid", "w") as fh:
-        fh.write(str(proc.pid))
+    subprocess.Popen(["setsid", "sleep", "300"], start_new_session=True)
 '''
 
 
 @pytest.mark.docker
-def test_docker_variants_run_as_the_agent_and_leave_nothing_behind(docker_box):
+def test_docker_variants_run_under_their_own_uids_and_leave_nothing_behind(docker_box):
     docker_box.write_file("calc.py", "def add(a, b):\n    return a + b\n")
     uid = agent_uid(docker_box)
     assert uid == 1000
@@ -430,16 +448,94 @@ def test_docker_variants_run_as_the_agent_and_leave_nothing_behind(docker_box):
     verdict = json.loads(run_harness(docker_box, request, 90).splitlines()[-1])
     for variant in verdict["variants"]:
         assert outcomes(variant) == {
-            "tests/test_sep.py::test_runs_as_the_agent": "passed",
+            "tests/test_sep.py::test_runs_as_a_variant_uid": "passed",
             "tests/test_sep.py::test_cannot_signal_the_harness": "passed",
             "tests/test_sep.py::test_leaves_a_detached_process": "passed",
         }, variant["output"]
-    pid = docker_box.run("cat /tmp/detached.pid").output.strip()
-    assert pid.isdigit()
-    left = docker_box.run(f"test -e /proc/{pid} && echo alive || echo gone; "
-                          "ps -eo uid=,args= | awk '$1 == 1000' | grep -c '[s]leep 300'").output
-    assert left.split() == ["gone", "0"]
+    left = docker_box.run("ps -eo uid=,args= | awk '$1 > 1000' | grep -c '[s]leep 300'; "
+                          "find /tmp /dev/shm /dev/mqueue -maxdepth 1 -uid 1001 -o -maxdepth 1 "
+                          "-uid 1002 | wc -l; stat -c %a /workspace").output
+    assert left.split() == ["0", "0", "755"]
     assert docker_box.run("ls /tmp | grep -c 'opd-grade\\|opd-variant'").output.strip() == "0"
+
+
+APART_TESTS = '''
+import ctypes, os, signal, socket, subprocess, time
+
+import pytest
+
+ME = os.getuid()
+OTHER = 2003 - ME  # the variants run as 1001 and 1002
+PORT = {1001: 47001, 1002: 47002}
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def processes_of(uid):
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                if any(line.split()[:2] == ["Uid:", str(uid)] for line in fh):
+                    found.append(int(name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_leave_traces_for_the_other_variant():
+    for place in ("/tmp", "/dev/shm"):
+        path = f"{place}/opd-channel-{ME}"
+        with open(path, "w") as fh:
+            fh.write("hello")
+        os.chmod(path, 0o666)
+    os.mkdir(f"/tmp/opd-dir-{ME}", 0o777)
+    with pytest.raises(PermissionError):
+        open(f"/workspace/opd-channel-{ME}", "w")
+    assert libc.shmget(ME, 4096, 0o1000 | 0o666) >= 0  # IPC_CREAT
+    server = subprocess.Popen(["python3", "-c", (
+        "import socket, time\\n"
+        f"s = socket.create_server(('127.0.0.1', {PORT[ME]}))\\n"
+        "time.sleep(300)\\n")], start_new_session=True)
+    time.sleep(0.5)
+    assert server.poll() is None
+
+
+def test_no_trace_of_the_other_variant():
+    assert processes_of(OTHER) == []  # never side by side
+    for place in ("/tmp", "/dev/shm"):
+        assert not os.path.lexists(f"{place}/opd-channel-{OTHER}")
+    assert not os.path.lexists(f"/tmp/opd-dir-{OTHER}")
+    assert libc.shmget(OTHER, 0, 0) == -1  # its segment is gone
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", PORT[OTHER]), timeout=2)
+
+
+def test_processes_of_another_uid_are_out_of_reach():
+    agent = processes_of(1000)
+    assert agent, "the docker test starts a process of the agent's uid"
+    for pid in agent:
+        with pytest.raises(PermissionError):
+            os.kill(pid, signal.SIGTERM)
+        for name in ("environ", "cwd", "root", "fd"):
+            with pytest.raises(PermissionError):
+                os.listdir(f"/proc/{pid}/{name}") if name == "fd" else (
+                    open(f"/proc/{pid}/environ").read() if name == "environ"
+                    else os.readlink(f"/proc/{pid}/{name}"))
+'''
+
+
+@pytest.mark.docker
+def test_docker_variants_cannot_reach_each_other(docker_box):
+    docker_box.run("setsid sleep 600 > /dev/null 2>&1 < /dev/null &")
+    request = harness_request(docker_box.workspace, agent_uid(docker_box), 60,
+                              [{"tests/test_apart.py": APART_TESTS},
+                               {"tests/test_apart.py": APART_TESTS}], None, ["tests"])
+    verdict = json.loads(run_harness(docker_box, request, 90).splitlines()[-1])
+    for variant in verdict["variants"]:
+        assert set(outcomes(variant).values()) == {"passed"}, variant["output"]
+        assert len(variant["tests"]) == 3
+    left = docker_box.run("ls -a /tmp /dev/shm | grep -c opd-; ipcs -m | grep -c 0x || true")
+    assert left.output.split()[0] == "0"
 
 
 @pytest.mark.docker

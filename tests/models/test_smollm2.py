@@ -160,7 +160,7 @@ def test_offline_falls_back_to_tiny_with_a_notice(tmp_path, monkeypatch):
 def test_the_api_takes_the_smollm2_spec(smollm2_dir):
     """`OPDWrapper(teacher="smollm2")` and the policy factory resolve it like the CLI does."""
     from opd_gym.agents.policies import make_agent_factory
-    from opd_gym.opd.wrapper import resolve_teacher
+    from opd_gym.opd.teachers import make_teacher as resolve_teacher
     from opd_gym.tasks import load_suite
 
     teacher = resolve_teacher("smollm2")

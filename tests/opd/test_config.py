@@ -65,7 +65,7 @@ def test_invalid_options_are_refused_in_one_sentence(options, message):
 
 
 def test_a_teacher_object_takes_no_teacher_options(tiny_model_path):
-    from opd_gym.specs import make_teacher
+    from opd_gym.opd.teachers import make_teacher
 
     teacher = make_teacher(f"hf:{tiny_model_path}")
     assert OPDConfig(teacher=teacher).teacher is teacher

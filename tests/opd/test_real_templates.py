@@ -13,11 +13,11 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from model_families import FAMILIES, PROBE_TURNS, family_tokenizer
 
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.agents.forced import TeacherForcedPolicy
 from opd_gym.agents.hf import TransformersPolicy
-from opd_gym.models.families import FAMILIES, PROBE_TURNS, family_tokenizer
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.transcript import RAW, messages_for_template, renders_like_raw

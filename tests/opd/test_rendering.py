@@ -14,10 +14,10 @@ import opd_gym  # noqa: F401  (registers the env)
 from opd_gym import specs
 from opd_gym.actions import TokenText
 from opd_gym.agents.hf import TransformersPolicy
-from opd_gym.models.tokenizer import prompt_ids
 from opd_gym.opd.metrics import OPDMetrics
 from opd_gym.opd.wrapper import OPDWrapper
 from opd_gym.runs.summary import RunSummary
+from opd_gym.transcript import prompt_ids
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

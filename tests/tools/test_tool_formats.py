@@ -212,7 +212,7 @@ def test_bash_blocks_work_in_every_format():
 
 
 def test_get_and_detect(tiny_model_path):
-    from opd_gym.models.families import FAMILIES, family_tokenizer
+    from model_families import FAMILIES, family_tokenizer
 
     assert get_tool_format(None).name == "hermes" and get_tool_format("Qwen3-Coder").name == (
         "qwen3_coder")

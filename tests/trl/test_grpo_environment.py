@@ -78,7 +78,8 @@ def test_grpo_steps_reach_the_sandbox_and_reward_the_grade(tiny, tmp_path) -> No
             """Record (reward returned, env's graded reward, test score); adds 0 to the sum."""
             for env in environments:
                 reward = env.get_reward()
-                rewards_seen.append((reward, env.env.reward_breakdown.total, env.grade.score))
+                rewards_seen.append((reward, env.coding_env.reward_breakdown.total,
+                                     env.grade.score))
             return [0.0] * len(environments)
 
         args = GRPOConfig(
@@ -106,4 +107,4 @@ def test_grpo_steps_reach_the_sandbox_and_reward_the_grade(tiny, tmp_path) -> No
                     assert a[0] > b[0]
         assert max(score for _, _, score in rewards_seen) == 1.0  # the memorised answer passes
     finally:
-        factory.pool.close()
+        factory.close()

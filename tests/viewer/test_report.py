@@ -56,7 +56,7 @@ def test_report_renders_episodes_tokens_hints_and_escapes(run_dir, tiny_tokenize
 
     assert re.findall(r'<details class="ep" id="ep-(\d+)"', page) == ["1", "2", "3", "4"]
     assert "badge pass" in page and "badge fail" in page and "UNFINISHED" in page
-    assert "Run summary" in page and "computed from the episodes" in page
+    assert "Run summary" in page and "computed from the rows" in page
 
     spans = SPAN.findall(page)
     records = [r for line in lines for r in line["opd"]]
@@ -98,8 +98,12 @@ def test_report_options_summary_file_and_plain_ids(run_dir, tmp_path):
     page = out.read_text(encoding="utf-8")
     assert out.parent.name == "out" and not (run / "report.html").exists()
     assert re.findall(r'<details class="ep" id="ep-(\d+)"', page) == ["1", "2"]
-    assert "Showing the first 2 of 4 episodes" in page and "(summary.json)" in page
-    assert "25.0%" in page and "tiny" in page and "&quot;rule&quot;" in page
+    assert "Showing the first 2 of 4 episodes" in page
+    # the figures are the rows' (1 of 3 played passed); summary.json's 4 and 25% are flagged
+    flagged = page.split('id="summary-disagrees"')[1][:600]
+    assert "33.3%" in page and "pass_rate: summary.json 25.0%, rows 33.3%" in flagged
+    assert "episodes: summary.json 4, rows 3" in flagged
+    assert "tiny" in page and "&quot;rule&quot;" in page
     spans = SPAN.findall(page)
     assert spans and all(int(j) < 5 for _, j, _, _ in spans)
     assert "Showing the first 5 of" in page

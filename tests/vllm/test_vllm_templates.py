@@ -13,10 +13,10 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
+from model_families import FAMILIES, PROBE_TURNS, family_tokenizer
 
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.agents.forced import TeacherForcedPolicy
-from opd_gym.models.families import FAMILIES, PROBE_TURNS, family_tokenizer
 from opd_gym.opd.wrapper import OPDWrapper
 
 pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("ignore::RuntimeWarning")]

@@ -1,0 +1,224 @@
+"""The built-in `repo` suite: synthesized, validated bugs in pinned real libraries.
+
+Only a small manifest is committed (`envs/repo/manifest.json`: per task the library, the
+mutation, the statement and the FAIL_TO_PASS / PASS_TO_PASS ids); no library code. At load
+time each library's sdist is read from setup's cache (`opd_gym.tasks.libraries`) and every
+task is rebuilt by replaying its mutation, checked byte for byte. A missing sdist raises
+DatasetError telling to run scripts/setup.sh. Loaded tasks are cached per process.
+
+Regenerate or grow the suite (resumable: tried mutations are logged in the progress file):
+
+    python -m opd_gym.tasks.repo_suite generate [--per-library 25] [--workers 2]
+
+Validate every committed task again in the sandbox image (the whole-suite check):
+
+    python -m opd_gym.tasks.repo_suite validate [--sample N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opd_gym.errors import DatasetError
+from opd_gym.resources import data_path
+from opd_gym.tasks.libraries import library
+from opd_gym.tasks.model import Task
+from opd_gym.tasks.synth import (
+    MANIFEST_VERSION,
+    Mutation,
+    Progress,
+    Project,
+    baseline,
+    build_task,
+    project_from_library,
+    read_manifest,
+    synthesize,
+    validate_mutation,
+)
+
+SUITE = "repo"
+MANIFEST = "manifest.json"
+# The libraries the suite draws from. cachetools is pinned too, but its suite is unittest
+# classes only, which get no canary (grading/canary.py), so none of its bugs can be kept.
+SUITE_LIBRARIES = ("toolz", "more-itertools", "parse", "inflection", "six")
+PER_LIBRARY = 21
+SEED = 0
+
+
+def manifest_path() -> Path:
+    """The committed manifest of the `repo` suite."""
+    return data_path("envs", SUITE, MANIFEST)
+
+
+@functools.cache
+def _project(name: str) -> Project:
+    return project_from_library(library(name))
+
+
+@functools.cache
+def _tasks() -> tuple[Task, ...]:
+    data = read_manifest(manifest_path())
+    tasks: list[Task] = []
+    for record in data["tasks"]:
+        project = _project(record["project"])
+        expected = data["projects"][record["project"]]["version"]
+        if project.version != expected:
+            raise DatasetError(f"repo suite: {record['project']} is pinned at "
+                               f"{project.version}, the manifest was made from {expected}")
+        tasks.append(build_task(project, record))
+    return tuple(sorted(tasks, key=lambda t: t.id))
+
+
+def load_repo_suite() -> list[Task]:
+    """Every task of the `repo` suite, sorted by id (rebuilt from the cached sdists)."""
+    return list(_tasks())
+
+
+def _progress_path() -> Path:
+    from opd_gym.tasks.libraries import sdist_cache
+
+    return sdist_cache().parent / "synth" / "repo.progress.jsonl"
+
+
+def generate(per_library: int = PER_LIBRARY, workers: int = 2,
+             libraries: Sequence[str] = SUITE_LIBRARIES, out: Path | None = None,
+             rebuild: bool = False, order_seed: int = SEED) -> Path:
+    """Synthesize and validate tasks per library, then write the manifest (resumable).
+
+    `rebuild`: validate nothing new, write the manifest from the progress file alone.
+    `order_seed`: the order mutations are tried in (another seed lets a second process work
+    on the same library without trying the same mutations at the same time).
+    """
+    from opd_gym.sandboxes import make_pool
+
+    out = out or Path(__file__).resolve().parents[2] / "envs" / SUITE / MANIFEST
+    progress_file = _progress_path()
+    progress_file.parent.mkdir(parents=True, exist_ok=True)
+    progress = Progress(progress_file)
+    pool = make_pool("docker", size=0 if rebuild else workers)
+    projects: dict[str, Any] = {}
+    records: list[dict] = []
+    try:
+        for name in libraries:
+            project = _project(name)
+            started = time.perf_counter()
+            kept = synthesize(project, pool, progress, per_library, order_seed, workers=workers,
+                              max_tries=0 if rebuild else None)
+            rows = progress.of(name)
+            projects[name] = {"version": project.version, "source": dict(project.source),
+                              "tried": len(rows), "kept": sum(bool(r.get("kept")) for r in rows),
+                              "validation_s": round(sum(r.get("wall", 0) for r in rows), 1)}
+            records.extend(kept)
+            print(f"[repo] {name}: {len(kept)} task(s), {len(rows)} tried, "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+            _write(out, projects, records)
+    finally:
+        pool.close()
+    return out
+
+
+def _write(out: Path, projects: dict[str, Any], records: list[dict]) -> None:
+    """JSON with one line per task, so a regenerated suite diffs task by task."""
+    head = json.dumps({"version": MANIFEST_VERSION, "seed": SEED, "projects": projects},
+                      indent=1, sort_keys=True)
+    rows = ",\n".join(json.dumps(r, sort_keys=True, separators=(",", ":"))
+                      for r in sorted(records, key=lambda r: r["id"]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(head[:-1].rstrip() + ',\n "tasks": [\n' + rows + "\n]}\n", encoding="utf-8")
+    json.loads(tmp.read_text(encoding="utf-8"))  # well-formed before it replaces the old one
+    tmp.replace(out)
+
+
+def sample(tasks: Sequence[Task], per_library: int, seed: int = 0) -> list[Task]:
+    """A fixed, seeded sample of `per_library` tasks from each library."""
+    by_lib: dict[str, list[Task]] = {}
+    for task in tasks:
+        assert task.repo is not None
+        by_lib.setdefault(task.repo.name, []).append(task)
+    rng = random.Random(seed)
+    out: list[Task] = []
+    for name in sorted(by_lib):
+        group = by_lib[name]
+        out.extend(rng.sample(group, min(per_library, len(group))))
+    return out
+
+
+def revalidate(tasks: Sequence[Task], workers: int = 2) -> list[str]:
+    """Validate `tasks` again from scratch; returns one line per task that no longer holds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opd_gym.sandboxes import make_pool
+
+    data = read_manifest(manifest_path())
+    records = {r["id"]: r for r in data["tasks"]}
+    problems: list[str] = []
+    pool = make_pool("docker", size=workers)
+    try:
+        bases = {}
+        for name in sorted({t.repo.name for t in tasks if t.repo is not None}):
+            bases[name] = baseline(_project(name), pool)
+
+        def check(task: Task) -> str | None:
+            record = records[task.id]
+            project = _project(record["project"])
+            verdict = validate_mutation(project, bases[project.name],
+                                        Mutation(**record["mutation"]), pool, SEED)
+            if not verdict.kept:
+                return f"{task.id}: {verdict.reason}"
+            if set(verdict.fail_to_pass) != set(record["fail_to_pass"]):
+                return f"{task.id}: FAIL_TO_PASS changed"
+            if set(verdict.pass_to_pass) != set(record["pass_to_pass"]):
+                return f"{task.id}: PASS_TO_PASS changed"
+            return None
+
+        with ThreadPoolExecutor(max_workers=workers) as executor:
+            problems = [p for p in executor.map(check, tasks) if p]
+    finally:
+        pool.close()
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`generate` the suite or `validate` it (all of it, or a per-library `--sample`)."""
+    parser = argparse.ArgumentParser(prog="python -m opd_gym.tasks.repo_suite")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate")
+    gen.add_argument("--per-library", type=int, default=PER_LIBRARY)
+    gen.add_argument("--workers", type=int, default=2)
+    gen.add_argument("--libraries", nargs="*", default=list(SUITE_LIBRARIES))
+    gen.add_argument("--out", type=Path, help="manifest to write (default: the committed one)")
+    gen.add_argument("--order-seed", type=int, default=SEED)
+    gen.add_argument("--rebuild", action="store_true",
+                     help="validate nothing new: write the manifest from the progress file")
+    val = sub.add_parser("validate")
+    val.add_argument("--sample", type=int, default=0, help="tasks per library (0: all)")
+    val.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    if args.command == "generate":
+        out = generate(args.per_library, args.workers, args.libraries, args.out, args.rebuild,
+                       args.order_seed)
+        print(f"[repo] wrote {out}")
+        return 0
+    tasks = load_repo_suite()
+    if args.sample:
+        tasks = sample(tasks, args.sample)
+    started = time.perf_counter()
+    problems = revalidate(tasks, args.workers)
+    for line in problems:
+        print(line)
+    print(f"[repo] {len(tasks) - len(problems)}/{len(tasks)} task(s) hold "
+          f"({time.perf_counter() - started:.0f} s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Load SWE-bench-style instances (SWE-bench, SWE-Gym, SWE-rebench, SWE-smith) as repository Tasks.
+
+A row names a repository, a base commit, a problem statement, the gold `patch`, the hidden
+`test_patch` and its FAIL_TO_PASS / PASS_TO_PASS test ids (JSON-encoded lists in SWE-bench,
+plain lists elsewhere). Hubs are not needed: the caller gives a local checkout or git bundle
+per repository name (`repos`), and every row is read from it with the git CLI:
+
+- `files`: the text files of the tree at the base commit (what the agent starts with);
+- `tests`: after `test_patch`, the files it changes plus the files holding the listed tests
+  and the `conftest.py` files above them (the pristine hidden tests);
+- `solution`: the files `patch` changes, after it;
+- `pytest_ini`: the project's pytest settings; `repo`: a RepoInfo whose history is the
+  checkout or bundle, so the workspace's `.git` holds the base commit's ancestry only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from opd_gym.errors import DatasetError
+from opd_gym.tasks.loaders import TaskList, _file_rows, _labelled
+from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.tasks.repo import (
+    FIXED_DATE,
+    GitError,
+    archive_tree,
+    git,
+    project_pytest_ini,
+    text_files,
+)
+
+REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "FAIL_TO_PASS")
+IMAGE_FIELDS = ("image_name", "docker_image", "image")  # SWE-smith, SWE-Next, others
+DEFAULT_TIMEOUT = 300.0
+Rows = str | os.PathLike[str] | Iterable[Mapping[str, Any]]
+
+
+def is_swebench_row(row: Any) -> bool:
+    """Whether a row is in the SWE-bench instance schema (instance_id and FAIL_TO_PASS)."""
+    return isinstance(row, Mapping) and "instance_id" in row and "FAIL_TO_PASS" in row
+
+
+def load_swebench(source: Rows, repos: Mapping[str, str | os.PathLike[str]], *,
+                  skip_invalid: bool = False, ignore_images: bool = False,
+                  timeout: float = DEFAULT_TIMEOUT) -> TaskList:
+    """Repository Tasks from SWE-bench-style rows (a .jsonl/.json file or an iterable).
+
+    `repos` maps each row's `repo` ("owner/name") to a local checkout or git bundle holding
+    its base commits. A bad row raises DatasetError naming the row (1-based; "line N" in a
+    JSONL file) and the field, or with `skip_invalid` is noted in `.skipped`. Rows naming an
+    environment image (`image_name`...) keep it in `RepoInfo.image`, which episodes refuse for
+    now; `ignore_images=True` drops it (you vouch that the sandbox image runs the tests).
+    """
+    label_source = ""
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"no SWE-bench instance file {str(source)!r}")
+        rows: Any = _file_rows(path)
+        label_source = path.name
+    else:
+        rows = source
+    out, seen = TaskList(), set()
+    with _Readers(repos) as readers:
+        for where, row in _labelled(rows):
+            label = f"{label_source + ': ' if label_source else ''}{where}"
+            try:
+                if isinstance(row, Exception):
+                    raise row
+                if not isinstance(row, Mapping):
+                    raise DatasetError(f"expected a mapping, got {type(row).__name__}")
+                if isinstance(row.get("instance_id"), str):
+                    label += f" (instance_id {row['instance_id']!r})"
+                task = _task(row, readers, ignore_images=ignore_images, timeout=timeout)
+                if task.id in seen:
+                    raise DatasetError(f"duplicate instance_id {task.id!r}")
+            except (ValueError, TypeError) as exc:
+                message = f"{label}: {exc}"
+                if not skip_invalid:
+                    raise DatasetError(message) from exc
+                out.skipped.append(message)
+                continue
+            seen.add(task.id)
+            out.append(task)
+    return out
+
+
+def swebench_task(row: Mapping[str, Any], repos: Mapping[str, str | os.PathLike[str]], *,
+                  ignore_images: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Task:
+    """One SWE-bench-style row as a repository Task (see `load_swebench`)."""
+    with _Readers(repos) as readers:
+        return _task(row, readers, ignore_images=ignore_images, timeout=timeout)
+
+
+# -- one row --------------------------------------------------------------------------------
+def _text(row: Mapping[str, Any], name: str, required: bool = True) -> str:
+    value = row.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise DatasetError(f"field {name!r} must be a non-empty string")
+    return value
+
+
+def _ids(row: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """A test-id list, plain or JSON-encoded; each must be a pytest node id of a .py file."""
+    value = row.get(name)
+    if value is None and name == "PASS_TO_PASS":
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise DatasetError(f"field {name!r} is a string but not a JSON list") from None
+    if not isinstance(value, list | tuple) or not all(isinstance(i, str) for i in value):
+        raise DatasetError(f"field {name!r} must be a list of test ids")
+    for test_id in value:
+        path, sep, rest = test_id.partition("::")
+        if not sep or not rest or not path.endswith(".py") or path.startswith("/"):
+            raise DatasetError(f"field {name!r}: {test_id!r} is not a pytest node id "
+                               "('path/to/test_file.py::test_name'); only pytest suites run")
+    return tuple(value)
+
+
+def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
+          timeout: float) -> Task:
+    for name in REQUIRED:
+        if name not in row or row[name] in (None, ""):
+            hint = (" (SWE-smith rows: add the commit of the instance's buggy branch)"
+                    if name == "base_commit" else "")
+            raise DatasetError(f"field {name!r} is missing{hint}")
+    instance_id, repo_name = _text(row, "instance_id"), _text(row, "repo")
+    base = _text(row, "base_commit")
+    statement, patch = _text(row, "problem_statement"), _text(row, "patch")
+    test_patch = _text(row, "test_patch", required=False)
+    f2p, p2p = _ids(row, "FAIL_TO_PASS"), _ids(row, "PASS_TO_PASS")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise DatasetError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if not f2p:
+        raise DatasetError("field 'FAIL_TO_PASS' is empty: nothing would earn the grade")
+    image = None
+    for name in IMAGE_FIELDS:
+        if isinstance(row.get(name), str) and row[name].strip() and not ignore_images:
+            image = row[name].strip()
+    source, reader = readers.get(repo_name)
+    try:
+        tree = archive_tree(reader, base)
+    except GitError as exc:
+        raise DatasetError(f"field 'base_commit': {base!r} cannot be read from {repo_name!r} "
+                           f"in {str(source)!r} ({exc})") from None
+    base_text, binary = text_files(tree)
+    tested, test_changes = _apply(tree, test_patch, "test_patch") if test_patch else (tree, {})
+    fixed, gold_changes = _apply(tree, patch, "patch")
+    deleted = sorted(path for path, data in gold_changes.items() if data is None)
+    if deleted:
+        raise DatasetError(f"field 'patch' deletes {deleted[:3]}, which a task's solution "
+                           "cannot express")
+    tests = _hidden_tests(tested, test_changes, (*f2p, *p2p))
+    solution = {path: _decode(data, "patch", path) for path, data in gold_changes.items()
+                if data is not None}
+    tested_text = {**base_text, **tests}
+    try:
+        ini = project_pytest_ini(tested_text)
+    except DatasetError as exc:
+        raise DatasetError(f"the project's pytest settings: {exc}") from None
+    prompt = (f"{statement.rstrip()}\n\n(The repository {repo_name} is checked out in the "
+              f"workspace at commit {base[:12]}, with its git history up to that commit.)")
+    info = RepoInfo(name=repo_name, fail_to_pass=f2p, pass_to_pass=p2p, base_commit=base,
+                    history=str(source), image=image)
+    metadata = {"source": "swebench", "repo": repo_name, "base_commit": base,
+                "binary_files": len(binary)}
+    for name in ("version", "environment_setup_commit", "created_at"):
+        if isinstance(row.get(name), str | int | float):
+            metadata[name] = row[name]
+    return Task(id=instance_id, prompt=prompt, files=base_text, tests=tests, solution=solution,
+                timeout=timeout, difficulty="hard", tags=("repository", "swebench"),
+                metadata=metadata, pytest_ini=ini, repo=info)
+
+
+def _decode(data: bytes, field: str, path: str) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise DatasetError(f"field {field!r}: {path!r} is not UTF-8 text")
+    return text
+
+
+def _apply(tree: Mapping[str, bytes], patch: str, field: str
+           ) -> tuple[dict[str, bytes], dict[str, bytes | None]]:
+    """`patch` applied to `tree`: the whole new tree, and path -> new bytes (None: deleted)."""
+    with tempfile.TemporaryDirectory(prefix="opd-swe-") as tmp:
+        root = Path(tmp)
+        for path, data in tree.items():
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        git(["init", "-q"], root)
+        git(["add", "-A", "-f"], root)
+        dated = {"GIT_AUTHOR_DATE": FIXED_DATE, "GIT_COMMITTER_DATE": FIXED_DATE}
+        git(["commit", "-q", "--allow-empty", "--no-verify", "-m", "base"], root, env=dated)
+        text = patch if patch.endswith("\n") else patch + "\n"
+        try:
+            git(["apply", "--index", "--whitespace=nowarn", "-"], root, input=text.encode())
+        except GitError as exc:
+            raise DatasetError(f"field {field!r} does not apply at base_commit: {exc}") from None
+        listing = git(["diff", "--cached", "--name-status", "--no-renames", "-z", "HEAD"], root)
+        parts = [p.decode("utf-8", "surrogateescape") for p in listing.split(b"\0") if p]
+        changes: dict[str, bytes | None] = {}
+        for status, path in zip(parts[::2], parts[1::2], strict=True):
+            changes[path] = None if status == "D" else (root / path).read_bytes()
+    new = {p: d for p, d in tree.items() if p not in changes}
+    new.update({p: d for p, d in changes.items() if d is not None})
+    return new, changes
+
+
+def _hidden_tests(tree: Mapping[str, bytes], changes: Mapping[str, bytes | None],
+                  ids: Iterable[str]) -> dict[str, str]:
+    """The test patch's files, the files holding the ids, and the conftest.py files above."""
+    wanted = {path for path, data in changes.items() if data is not None}
+    for test_id in ids:
+        path = test_id.partition("::")[0]
+        if path not in tree:
+            field = "FAIL_TO_PASS/PASS_TO_PASS"
+            raise DatasetError(f"field {field!r}: {test_id!r} names no file of the repository "
+                               "at base_commit with test_patch applied")
+        wanted.add(path)
+    for path in list(wanted):
+        for parent in [*PurePosixPath(path).parents][::-1]:
+            conftest = "conftest.py" if str(parent) == "." else f"{parent}/conftest.py"
+            if conftest in tree:
+                wanted.add(conftest)
+    return {path: _decode(tree[path], "test_patch", path) for path in sorted(wanted)}
+
+
+class _Readers:
+    """A readable repository per repo name: a checkout as is, a bundle cloned once (temp)."""
+
+    def __init__(self, repos: Mapping[str, str | os.PathLike[str]]) -> None:
+        self.repos = repos
+        self._clones: dict[str, tuple[Path, Path]] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> _Readers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def get(self, name: str) -> tuple[Path, Path]:
+        """(the history to record, a repository to read it from)."""
+        if name in self._clones:
+            return self._clones[name]
+        if name not in self.repos:
+            known = ", ".join(sorted(self.repos)[:10]) or "none"
+            raise DatasetError(f"field 'repo': no local checkout or bundle given for {name!r} "
+                               f"(repos= names: {known})")
+        source = Path(self.repos[name]).resolve()
+        if source.is_file():  # a bundle: clone it once for reading
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="opd-swe-bundles-")
+            reader = Path(self._tmp.name) / str(len(self._clones))
+            try:
+                git(["clone", "-q", "--bare", str(source), str(reader)])
+            except GitError as exc:
+                raise DatasetError(f"field 'repo': {str(source)!r} is not a git bundle: "
+                                   f"{exc}") from None
+        elif (source / ".git").exists() or (source / "HEAD").is_file():
+            reader = source
+        else:
+            raise DatasetError(f"field 'repo': {str(source)!r} (for {name!r}) is neither a git "
+                               "repository nor a bundle")
+        self._clones[name] = (source, reader)
+        return source, reader
+
+
+__all__ = ["DEFAULT_TIMEOUT", "is_swebench_row", "load_swebench", "swebench_task"]

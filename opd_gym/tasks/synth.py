@@ -1,0 +1,1071 @@
+"""Synthesized bugs in real projects: AST mutations, sandbox validation, bug-report statements.
+
+A project (a pinned library, an sdist or a local folder that ships its pytest suite) is
+mutated one change at a time inside the functions its suite names: an operator swapped, a
+condition negated, a constant off by one, a branch or a call removed, two arguments swapped,
+a return value replaced. Each `Mutation` is a byte span of one file with its original and
+replacement text, so a manifest replays it exactly (`Mutation.apply` refuses a file whose
+span no longer holds the original text).
+
+Validation runs plain pytest (the sandbox image's pytest, outcomes from pytest-reportlog) in
+a sandbox from `opd_gym.sandboxes.make_pool`. The original tree runs 3 times: ids that do not
+pass all 3 times are never scored. A mutant is kept only if (a) its first full run fails at
+least one id that passes on the original (FAIL_TO_PASS), (b) two more runs of the scored
+tests' files give the same per-test outcomes (an id that changes is flaky: dropped, never
+scored), and (c) at least one FAIL_TO_PASS test has a canary candidate
+(`opd_gym.grading.canary.make_canaries`): a task none of whose tests has a canary cannot earn.
+Mutants that break collection, time out, or leave nothing failing are discarded, with the
+reason recorded in the progress file.
+
+Caps, so grading stays fast: FAIL_TO_PASS holds at most `F2P_CAP` ids (canaried first);
+PASS_TO_PASS holds at most `P2P_LOCAL` passing ids from the test files of FAIL_TO_PASS plus at
+most `P2P_SAMPLE` from the other files (a seeded sample). Failing ids beyond the cap are not
+scored at all (neither list).
+
+Problem statements are written from the failing assertions like a user's report (what came
+back, what was expected, naming the public function) and are checked never to contain a test
+id, a test function's name, or the mutated line (`statement_leaks`).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import random
+import re
+import shlex
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from opd_gym.errors import DatasetError
+from opd_gym.sandboxes.base import SandboxError
+from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
+from opd_gym.tasks.model import RepoInfo, Task
+
+MANIFEST_VERSION = 1
+F2P_CAP = 20
+P2P_LOCAL = 60
+P2P_SAMPLE = 20
+STABILITY_RUNS = 3
+CANARY_SEED = 0
+RUN_TIMEOUT = 300.0
+REPORT = "/tmp/opd-synth-report.jsonl"
+OUTCOMES = ".opd-synth-outcomes.json"
+
+
+# -- projects -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Project:
+    """A tree to mutate: workspace files (bytes), the pytest suite (text) and its ini.
+
+    `source` says how to get the same tree again: {"kind": "library", "name": ...},
+    {"kind": "sdist", "path": ..., "sha256": ...} or {"kind": "dir", "path": ...}.
+    """
+
+    name: str
+    version: str
+    workspace: Mapping[str, bytes]
+    tests: Mapping[str, str]
+    ini: str
+    source: Mapping[str, str]
+
+    def text_files(self) -> tuple[dict[str, str], list[str]]:
+        """The workspace as text, and the paths dropped because they are not UTF-8 text."""
+        text: dict[str, str] = {}
+        dropped: list[str] = []
+        for path, data in sorted(self.workspace.items()):
+            try:
+                text[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                dropped.append(path)
+        return text, dropped
+
+
+def project_from_library(lib: Library) -> Project:
+    """A pinned library from the sdist cache (DatasetError says to run setup when missing)."""
+    src = unpack(lib)
+    return Project(lib.name, lib.version, src.workspace, src.tests, lib.ini,
+                   {"kind": "library", "name": lib.name})
+
+
+_TEST_DIRS = ("tests", "test", "testing")
+
+
+def _split_suite(name: str, files: Mapping[str, bytes],
+                 ) -> tuple[dict[str, bytes], dict[str, str], tuple[str, ...]]:
+    """Split a project's files into (workspace, suite text, test roots) by the usual layout."""
+    roots = [d for d in _TEST_DIRS if any(p.startswith(d + "/") for p in files)]
+    if not roots:
+        roots = sorted(p for p in files if "/" not in p and re.fullmatch(r"test_.*\.py", p))
+    if not roots:
+        roots = sorted({str(PurePosixPath(p).parent) for p in files
+                        if PurePosixPath(p).name.startswith("test_") and p.endswith(".py")
+                        and PurePosixPath(p).parent.name in _TEST_DIRS})
+    if not roots:
+        raise DatasetError(f"{name}: no test suite found (a tests/ or test/ folder, or "
+                           "test_*.py files at the top)")
+    workspace: dict[str, bytes] = {}
+    tests: dict[str, str] = {}
+    for path, data in files.items():
+        if path == "conftest.py" or any(path == r or path.startswith(r + "/") for r in roots):
+            try:
+                tests[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                workspace[path] = data
+        else:
+            workspace[path] = data
+    return workspace, tests, tuple(roots)
+
+
+def _ini_for(files: Mapping[str, bytes], roots: Sequence[str]) -> str:
+    """The project's own pytest.ini when it has one, else `testpaths` = the suite's roots."""
+    own = files.get("pytest.ini")
+    if own is not None:
+        return own.decode("utf-8", "replace")
+    return "[pytest]\ntestpaths = " + " ".join(roots) + "\n"
+
+
+_SKIP = {".git", "__pycache__", ".pytest_cache", ".tox", ".venv", "venv", "build", "dist",
+         ".mypy_cache", ".ruff_cache", "node_modules"}
+
+
+def project_from_dir(root: Path) -> Project:
+    """A local project folder (its files, minus VCS and build folders)."""
+    files: dict[str, bytes] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if _SKIP.intersection(rel.parts) or not path.is_file() or path.suffix == ".pyc":
+            continue
+        files[rel.as_posix()] = path.read_bytes()
+    workspace, tests, roots = _split_suite(root.name, files)
+    workspace.pop("pytest.ini", None)
+    return Project(root.name, "local", workspace, tests, _ini_for(files, roots),
+                   {"kind": "dir", "path": str(root)})
+
+
+def project_from_sdist(path: Path) -> Project:
+    """An sdist (.tar.gz) holding its test suite."""
+    files: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar.getmembers():
+                parts = PurePosixPath(member.name).parts
+                if not member.isfile() or len(parts) < 2 or ".." in parts:
+                    continue
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    files[PurePosixPath(*parts[1:]).as_posix()] = handle.read()
+    except (tarfile.TarError, OSError) as exc:
+        raise DatasetError(f"{path.name}: not a readable sdist ({exc})") from None
+    stem = path.name.removesuffix(".tar.gz")
+    name, _, version = stem.rpartition("-")
+    workspace, tests, roots = _split_suite(stem, files)
+    workspace.pop("pytest.ini", None)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return Project(name or stem, version or "unknown", workspace, tests, _ini_for(files, roots),
+                   {"kind": "sdist", "path": str(path), "sha256": sha})
+
+
+def resolve_project(source: str) -> Project:
+    """An sdist path, a library name from libraries.py, or a local project folder."""
+    for lib in LIBRARIES:
+        if lib.name == source:
+            return project_from_library(lib)
+    path = Path(source)
+    if path.is_dir():
+        return project_from_dir(path)
+    if path.is_file() and path.name.endswith(".tar.gz"):
+        return project_from_sdist(path)
+    known = ", ".join(lib.name for lib in LIBRARIES)
+    raise DatasetError(f"{source!r} is neither an sdist (.tar.gz), a project folder, nor a "
+                       f"known library ({known})")
+
+
+def project_from_source(source: Mapping[str, str]) -> Project:
+    """The project a manifest's `source` record names (checked against its hash if any)."""
+    kind = source.get("kind")
+    if kind == "library":
+        for lib in LIBRARIES:
+            if lib.name == source.get("name"):
+                return project_from_library(lib)
+        raise DatasetError(f"unknown library {source.get('name')!r} in a manifest")
+    if kind == "sdist":
+        project = project_from_sdist(Path(source["path"]))
+        if source.get("sha256") and project.source["sha256"] != source["sha256"]:
+            raise DatasetError(f"{source['path']}: sha256 differs from the manifest's")
+        return project
+    if kind == "dir":
+        return project_from_dir(Path(source["path"]))
+    raise DatasetError(f"unknown project source {dict(source)!r} in a manifest")
+
+
+# -- mutations ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mutation:
+    """One change: bytes from (line, col) to (end_line, end_col) of `path` (ast positions:
+    1-based lines, UTF-8 byte columns) hold `original` and become `replacement`."""
+
+    path: str
+    function: str  # qualified name of the enclosing function, e.g. "Cls.method"
+    kind: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    original: str
+    replacement: str
+
+    @property
+    def key(self) -> str:
+        """A short stable id of the mutation (its identity in manifests and task ids)."""
+        raw = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(raw).hexdigest()[:10]
+
+    def apply(self, text: str) -> str:
+        """`text` with the mutation applied; DatasetError if the span does not hold `original`."""
+        data = text.encode("utf-8")
+        starts = _line_starts(data)
+        if self.end_line > len(starts):
+            raise DatasetError(f"{self.path}: mutation {self.key} lies past the end of the file")
+        start = starts[self.line - 1] + self.col
+        end = starts[self.end_line - 1] + self.end_col
+        if data[start:end].decode("utf-8", "replace") != self.original:
+            raise DatasetError(f"{self.path}: mutation {self.key} does not match the file "
+                               f"(expected {self.original!r} at line {self.line})")
+        return (data[:start] + self.replacement.encode("utf-8") + data[end:]).decode("utf-8")
+
+    def lines(self, text: str) -> tuple[str, str]:
+        """The whole mutated line(s) before and after, stripped (what a statement must hide)."""
+        before = text.splitlines()[self.line - 1:self.end_line]
+        delta = self.replacement.count("\n") - self.original.count("\n")
+        after = self.apply(text).splitlines()[self.line - 1:self.end_line + delta]
+        return "\n".join(s.strip() for s in before), "\n".join(s.strip() for s in after)
+
+
+def _line_starts(data: bytes) -> list[int]:
+    starts = [0]
+    for i, byte in enumerate(data):
+        if byte == 10:
+            starts.append(i + 1)
+    return starts
+
+
+_BINOPS = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "//"),
+           ast.FloorDiv: ("//", "*"), ast.Mod: ("%", "//"), ast.BitAnd: ("&", "|"),
+           ast.BitOr: ("|", "&"), ast.LShift: ("<<", ">>"), ast.RShift: (">>", "<<")}
+_CMPOPS = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="),
+           ast.GtE: (">=", ">"), ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="),
+           ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"), ast.In: ("in", "not in"),
+           ast.NotIn: ("not in", "in")}
+
+
+class _Finder:
+    """Collects candidate mutations of one module's text inside the chosen functions."""
+
+    def __init__(self, path: str, text: str, wanted: Callable[[str, str | None], bool]) -> None:
+        self.path, self.text, self.wanted = path, text, wanted
+        self.data = text.encode("utf-8")
+        self.starts = _line_starts(self.data)
+        self.found: list[Mutation] = []
+
+    def off(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def seg(self, node: ast.AST) -> str:
+        return self.data[self.off(node.lineno, node.col_offset):
+                         self.off(node.end_lineno, node.end_col_offset)].decode("utf-8")
+
+    def add(self, function: str, kind: str, start: tuple[int, int], end: tuple[int, int],
+            replacement: str) -> None:
+        original = self.data[self.off(*start):self.off(*end)].decode("utf-8")
+        if original != replacement:
+            self.found.append(Mutation(self.path, function, kind, start[0], start[1], end[0],
+                                       end[1], original, replacement))
+
+    def between(self, function: str, kind: str, left: ast.AST, right: ast.AST, old: str,
+                new: str) -> None:
+        """Replace the operator token `old` between two operands by `new`."""
+        start, end = (left.end_lineno, left.end_col_offset), (right.lineno, right.col_offset)
+        gap = self.data[self.off(*start):self.off(*end)].decode("utf-8")
+        core = gap.strip().strip("()").strip()
+        if core != old or "#" in gap:
+            return
+        self.add(function, kind, start, end, gap.replace(old, new, 1))
+
+    def visit_module(self, tree: ast.Module) -> None:
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if self.wanted(node.name, None):
+                    self.function(node, node.name)
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                for child in node.body:
+                    if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) \
+                            and self.wanted(child.name, node.name):
+                        self.function(child, f"{node.name}.{child.name}")
+
+    def function(self, fn: ast.AST, qual: str) -> None:
+        body = fn.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            body = body[1:]  # the docstring is not code
+        for stmt in body:
+            for node in ast.walk(stmt):
+                self.node(node, qual)
+
+    def node(self, node: ast.AST, q: str) -> None:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            old, new = _BINOPS[type(node.op)]
+            self.between(q, "binop", node.left, node.right, old, new)
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                and type(node.ops[0]) in _CMPOPS:
+            old, new = _CMPOPS[type(node.ops[0])]
+            self.between(q, "compare", node.left, node.comparators[0], old, new)
+        elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
+            old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
+            self.between(q, "boolop", node.values[0], node.values[1], old, new)
+        elif isinstance(node, ast.If | ast.While | ast.IfExp) and hasattr(node, "test"):
+            test = node.test
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                new = self.seg(test.operand)
+                if isinstance(test.operand, ast.BoolOp | ast.Compare | ast.IfExp):
+                    new = f"({new})"
+                self.add(q, "negate", (test.lineno, test.col_offset),
+                         (test.end_lineno, test.end_col_offset), new)
+            elif "\n" not in self.seg(test):
+                self.add(q, "negate", (test.lineno, test.col_offset),
+                         (test.end_lineno, test.end_col_offset), f"not ({self.seg(test)})")
+            if isinstance(node, ast.If) and not node.orelse and len(node.body) == 1:
+                self.add(q, "remove_branch", (node.lineno, node.col_offset),
+                         (node.end_lineno, node.end_col_offset), "pass")
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            self.add(q, "remove_call", (node.lineno, node.col_offset),
+                     (node.end_lineno, node.end_col_offset), "pass")
+        elif isinstance(node, ast.Constant) and type(node.value) is int \
+                and 0 <= node.value <= 64:
+            for delta in (1, -1):
+                value = node.value + delta
+                if value >= 0:
+                    self.add(q, "off_by_one", (node.lineno, node.col_offset),
+                             (node.end_lineno, node.end_col_offset), str(value))
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            self.add(q, "flip_bool", (node.lineno, node.col_offset),
+                     (node.end_lineno, node.end_col_offset), str(not node.value))
+        elif isinstance(node, ast.Return) and node.value is not None and not (
+                isinstance(node.value, ast.Constant) and node.value.value is None):
+            value = node.value
+            self.add(q, "return_value", (value.lineno, value.col_offset),
+                     (value.end_lineno, value.end_col_offset), "None")
+        if isinstance(node, ast.Call):
+            args = node.args
+            if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
+                first, second = args[0], args[1]
+                gap = self.data[self.off(first.end_lineno, first.end_col_offset):
+                                self.off(second.lineno, second.col_offset)].decode("utf-8")
+                if gap.strip() == "," and self.seg(first) != self.seg(second):
+                    self.add(q, "swap_args", (first.lineno, first.col_offset),
+                             (second.end_lineno, second.end_col_offset),
+                             self.seg(second) + gap + self.seg(first))
+            if isinstance(node.func, ast.Name) and node.func.id == "range" and args \
+                    and "\n" not in self.seg(args[-1]):
+                bound = args[-1] if len(args) <= 2 else args[1]
+                self.add(q, "range_bound", (bound.lineno, bound.col_offset),
+                         (bound.end_lineno, bound.end_col_offset), f"{self.seg(bound)} - 1")
+
+
+def _identifiers(sources: Iterable[str]) -> set[str]:
+    names: set[str] = set()
+    for text in sources:
+        names.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+    return names
+
+
+def _is_code(path: str, project: Project) -> bool:
+    pure = PurePosixPath(path)
+    return (path.endswith(".py") and path not in project.tests and pure.name not in
+            {"setup.py", "conftest.py", "noxfile.py", "fabfile.py"}
+            and not {"docs", "doc", "examples", "benchmarks", "bench"} & set(pure.parts)
+            and not pure.name.startswith("test_"))
+
+
+def find_mutations(project: Project) -> list[Mutation]:
+    """Every candidate mutation inside functions the suite names, in a stable order.
+
+    A function qualifies when it is public (or a method of a public class) and its name, or
+    for a method its class's name, occurs in the test files; dunder methods qualify with
+    their class. Each candidate re-parses after the change.
+    """
+    referenced = _identifiers(project.tests.values())
+
+    def wanted(name: str, cls: str | None) -> bool:
+        if cls is None:
+            return not name.startswith("_") and name in referenced
+        if cls not in referenced and name not in referenced:
+            return False
+        return not name.startswith("_") or (name.startswith("__") and name.endswith("__"))
+
+    found: list[Mutation] = []
+    for path, data in sorted(project.workspace.items()):
+        if not _is_code(path, project):
+            continue
+        try:
+            text = data.decode("utf-8")
+            tree = ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        finder = _Finder(path, text, wanted)
+        finder.visit_module(tree)
+        for mutation in finder.found:
+            try:
+                ast.parse(mutation.apply(text))
+            except (SyntaxError, ValueError):
+                continue
+            found.append(mutation)
+    unique = {m.key: m for m in found}
+    return sorted(unique.values(), key=lambda m: (m.path, m.line, m.col, m.kind, m.replacement))
+
+
+def schedule(mutations: Sequence[Mutation], seed: int) -> list[Mutation]:
+    """A seeded order that visits every function once before any function twice."""
+    rng = random.Random(seed)
+    by_function: dict[tuple[str, str], list[Mutation]] = {}
+    for mutation in mutations:
+        by_function.setdefault((mutation.path, mutation.function), []).append(mutation)
+    groups = [by_function[k] for k in sorted(by_function)]
+    for group in groups:
+        rng.shuffle(group)
+    rng.shuffle(groups)
+    order: list[Mutation] = []
+    depth = 0
+    while True:
+        layer = [g[depth] for g in groups if depth < len(g)]
+        if not layer:
+            return order
+        order.extend(layer)
+        depth += 1
+
+
+# -- running pytest in a sandbox -----------------------------------------------------------
+_SUMMARY = r"""
+import json, sys
+phases, collect = {}, []
+for line in open(sys.argv[1], encoding="utf-8"):
+    if not line.strip():
+        continue
+    e = json.loads(line)
+    kind = e.get("$report_type")
+    if kind == "CollectReport" and e.get("outcome") == "failed":
+        collect.append(e.get("nodeid", ""))
+    elif kind == "TestReport":
+        phases.setdefault(e["nodeid"], {})[e["when"]] = e
+out, msgs = {}, {}
+for nodeid, seen in phases.items():
+    s, c, t = seen.get("setup"), seen.get("call"), seen.get("teardown")
+    if s is not None and s["outcome"] == "failed":
+        o, bad = "error", s
+    elif s is not None and s["outcome"] == "skipped":
+        o, bad = ("xfailed" if "wasxfail" in s else "skipped"), None
+    elif c is None:
+        o, bad = "error", None
+    elif c["outcome"] == "failed":
+        o, bad = "failed", c
+    elif c["outcome"] == "skipped":
+        o, bad = ("xfailed" if "wasxfail" in c else "skipped"), None
+    else:
+        o, bad = ("xpassed" if "wasxfail" in c else "passed"), None
+    if o in ("passed", "xpassed") and t is not None and t["outcome"] == "failed":
+        o, bad = "error", t
+    out[nodeid] = o
+    if bad is not None:
+        lr = bad.get("longrepr")
+        msg = ""
+        if isinstance(lr, dict):
+            crash = lr.get("reprcrash") or {}
+            msg = "@%s:%s\n%s" % (crash.get("path", ""), crash.get("lineno", 0),
+                                  crash.get("message") or "")
+        elif isinstance(lr, str):
+            msg = lr
+        msgs[nodeid] = msg[:1500]
+json.dump({"outcomes": out, "messages": msgs, "collect_errors": collect},
+          open(sys.argv[2], "w", encoding="utf-8"))
+"""
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One plain pytest run: outcome and failure message per node id, collection errors."""
+
+    outcomes: dict[str, str]
+    messages: dict[str, str] = field(default_factory=dict)
+    collect_errors: tuple[str, ...] = ()
+    timed_out: bool = False
+    wall: float = 0.0
+    output: str = ""
+
+
+def run_suite(sandbox: Any, args: Sequence[str] = (), timeout: float = RUN_TIMEOUT) -> SuiteRun:
+    """`python3 -m pytest` in the sandbox's workspace (files already there), per-test outcomes
+    from pytest-reportlog as tests/grading/plain_pytest.py reads them."""
+    quoted = " ".join(shlex.quote(a) for a in args)
+    command = (f"rm -f {REPORT} {OUTCOMES}; PYTHONDONTWRITEBYTECODE=1 python3 -m pytest "
+               f"-p no:cacheprovider -q --report-log={REPORT} {quoted} >/dev/null 2>&1; "
+               f"python3 -c {shlex.quote(_SUMMARY)} {REPORT} {OUTCOMES}")
+    started = time.perf_counter()
+    result = sandbox.run(command, timeout=timeout)
+    wall = time.perf_counter() - started
+    if result.timed_out:
+        return SuiteRun({}, timed_out=True, wall=wall, output=result.output[-2000:])
+    try:
+        raw = json.loads(sandbox.read_file(OUTCOMES))
+    except Exception as exc:  # no report: pytest could not start at all
+        return SuiteRun({}, collect_errors=(f"<no report: {exc}>",), wall=wall,
+                        output=result.output[-2000:])
+    return SuiteRun(raw["outcomes"], raw["messages"], tuple(raw["collect_errors"]), False,
+                    wall, result.output[-2000:])
+
+
+def suite_files(project: Project, files: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """The whole tree pytest runs in: workspace, suite and the ini as `pytest.ini`."""
+    tree = dict(project.workspace if files is None else files)
+    tree.update({p: t.encode("utf-8") for p, t in project.tests.items()})
+    tree["pytest.ini"] = project.ini.encode("utf-8")
+    return tree
+
+
+# -- validation -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Baseline:
+    """The original tree's stable passing ids (3 runs), and the suite's canaried test ids."""
+
+    passing: tuple[str, ...]
+    unstable: tuple[str, ...]
+    canaried: frozenset[str]
+    wall: float  # the slowest of the original's runs
+
+    @property
+    def timeout(self) -> float:
+        """A mutant's run taking this long is a hang (an endless loop the bug made)."""
+        return min(RUN_TIMEOUT, max(30.0, 4 * self.wall))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What validation decided about one mutation; `kept` carries the task's test split."""
+
+    mutation: Mutation
+    kept: bool
+    reason: str
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] = ()
+    flaky: tuple[str, ...] = ()
+    canaried: int = 0
+    failures: int = 0
+    statement: str = ""
+    messages: tuple[str, ...] = ()  # failure messages of the first FAIL_TO_PASS tests
+    wall: float = 0.0
+
+
+def base_id(node_id: str) -> str:
+    """A node id without its parametrization (`path::test[1-2]` -> `path::test`)."""
+    return node_id.split("[", 1)[0]
+
+
+def canaried_ids(project: Project) -> frozenset[str]:
+    """Base ids of the suite's tests that have a canary candidate."""
+    from opd_gym.grading.canary import make_canaries
+
+    paths = [p for p in project.tests if p.endswith(".py")]
+    return frozenset(make_canaries(dict(project.tests), paths, CANARY_SEED).canaries)
+
+
+def baseline(project: Project, pool: Any, runs: int = STABILITY_RUNS) -> Baseline:
+    """Run the original suite `runs` times; refuse a project whose suite cannot run."""
+    sandbox = pool.acquire()
+    try:
+        sandbox.write_files(suite_files(project))
+        results = [run_suite(sandbox) for _ in range(runs)]
+    finally:
+        pool.release(sandbox)
+    first = results[0]
+    if first.timed_out or not first.outcomes:
+        raise DatasetError(f"{project.name}: the original suite did not run "
+                           f"({'timed out' if first.timed_out else first.output[-300:]})")
+    ids = set(first.outcomes)
+    stable = {i for i in ids if all(r.outcomes.get(i) == first.outcomes[i] for r in results)}
+    passing = sorted(i for i in stable if first.outcomes[i] == "passed")
+    if not passing:
+        raise DatasetError(f"{project.name}: no test passes on the original tree")
+    return Baseline(tuple(passing), tuple(sorted(ids - stable)), canaried_ids(project),
+                    max(r.wall for r in results))
+
+
+def _path_of(node_id: str) -> str:
+    return node_id.split("::", 1)[0]
+
+
+def split_tests(failing: Sequence[str], passing: Sequence[str], canaried: frozenset[str],
+                seed: int) -> tuple[list[str], list[str]]:
+    """(FAIL_TO_PASS, PASS_TO_PASS) under the caps the module docstring states."""
+    ordered = sorted(failing, key=lambda i: (base_id(i) not in canaried, i))
+    f2p = ordered[:F2P_CAP]
+    files = {_path_of(i) for i in f2p}
+    local = sorted(i for i in passing if _path_of(i) in files)
+    other = sorted(i for i in passing if _path_of(i) not in files)
+    rng = random.Random(seed)
+    if len(local) > P2P_LOCAL:
+        local = sorted(rng.sample(local, P2P_LOCAL))
+    if len(other) > P2P_SAMPLE:
+        other = sorted(rng.sample(other, P2P_SAMPLE))
+    return f2p, sorted(local + other)
+
+
+class Bench:
+    """A sandbox holding the original tree, reused for many mutants: each validation writes
+    the mutated file, runs, and writes the original back (no container start per mutant).
+    A sandbox that dies is replaced from the pool."""
+
+    def __init__(self, project: Project, pool: Any) -> None:
+        self.project, self.pool = project, pool
+        self.sandbox: Any = None
+
+    def ready(self) -> Any:
+        """The live sandbox holding the original tree (started and filled on first use)."""
+        if self.sandbox is not None and not self.sandbox.alive:
+            self.close()
+        if self.sandbox is None:
+            self.sandbox = self.pool.acquire()
+            self.sandbox.write_files(suite_files(self.project))
+        return self.sandbox
+
+    def close(self) -> None:
+        """Give the sandbox back to the pool (it is discarded there)."""
+        if self.sandbox is not None:
+            self.pool.release(self.sandbox)
+            self.sandbox = None
+
+
+def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool: Any,
+                      seed: int = 0, bench: Bench | None = None) -> Verdict:
+    """Run the mutant's whole suite once and its scored tests twice more, and decide."""
+    started = time.perf_counter()
+    original = project.workspace[mutation.path]
+    mutant = mutation.apply(original.decode("utf-8")).encode("utf-8")
+    own = bench is None
+    bench = bench or Bench(project, pool)
+
+    def done(kept: bool, reason: str, **kw: Any) -> Verdict:
+        return Verdict(mutation, kept, reason, wall=time.perf_counter() - started, **kw)
+
+    try:
+        sandbox = bench.ready()
+        sandbox.write_files({mutation.path: mutant})
+        try:
+            first = run_suite(sandbox, timeout=base.timeout)
+            if first.timed_out:
+                bench.close()  # a runaway mutant may leave the sandbox busy
+                return done(False, "timed out")
+            if first.collect_errors or not first.outcomes:
+                return done(False, "breaks collection")
+            passing = set(base.passing)
+            failing = sorted(i for i in passing
+                             if first.outcomes.get(i, "missing") != "passed")
+            if not failing:
+                return done(False, "no test fails")
+            still = sorted(i for i in passing if first.outcomes.get(i) == "passed")
+            f2p, p2p = split_tests(failing, still, base.canaried, seed)
+            scored = f2p + p2p
+            reruns = [run_suite(sandbox, scored, timeout=base.timeout)
+                      for _ in range(STABILITY_RUNS - 1)]
+        finally:
+            if bench.sandbox is not None:
+                bench.sandbox.write_files({mutation.path: original})
+    finally:
+        if own:
+            bench.close()
+    if any(r.timed_out or r.collect_errors for r in reruns):
+        return done(False, "unstable (a rerun timed out or broke collection)")
+    flaky = sorted(i for i in scored if any(r.outcomes.get(i, "missing")
+                                            != first.outcomes[i] for r in reruns))
+    f2p = [i for i in f2p if i not in flaky]
+    p2p = [i for i in p2p if i not in flaky]
+    if not f2p:
+        return done(False, "every failing test is flaky", flaky=tuple(flaky))
+    canaried = sum(base_id(i) in base.canaried for i in f2p)
+    if not canaried:
+        return done(False, "no FAIL_TO_PASS test has a canary", flaky=tuple(flaky),
+                    failures=len(failing))
+    messages = tuple(first.messages.get(i, "")[:1500] for i in f2p[:5])
+    statement = write_statement(project, mutation, messages, f2p)
+    return done(True, "kept", fail_to_pass=tuple(f2p), pass_to_pass=tuple(p2p),
+                flaky=tuple(flaky), canaried=canaried, failures=len(failing),
+                statement=statement, messages=messages)
+
+
+# -- problem statements ------------------------------------------------------------------
+_ASSERT_CMP = re.compile(r"^(?:AssertionError: )?assert (.+?) (==|!=) (.+)$")
+_UNITTEST_CMP = re.compile(r"^AssertionError: (?:(?:Lists|Tuples|Sequences|Sets|Dicts) "
+                           r"differ: )?(.+?) (!=|==) (.+?)(?: : .*)?$")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Iteration)): ?(.*)$")
+_UNITTEST_EQ = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual",
+                "assertDictEqual", "assertSequenceEqual", "assertSetEqual", "assertCountEqual"}
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _has_call(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def _observed_side(project: Project, where: str) -> int | None:
+    """0 or 1: which operand of the failing comparison at `where` (path:line) computes the
+    result (the side with a call, the other holding none); None when that is unclear."""
+    path, _, line_text = where.rpartition(":")
+    path = path.removeprefix("/workspace/")
+    text = project.tests.get(path)
+    if text is None or not line_text.isdigit():
+        return None
+    line = int(line_text)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not (getattr(node, "lineno", 0) <= line <= (getattr(node, "end_lineno", 0) or 0)):
+            continue
+        pair: list[ast.AST] | None = None
+        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) \
+                and len(node.test.ops) == 1:
+            pair = [node.test.left, node.test.comparators[0]]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _UNITTEST_EQ and len(node.args) >= 2:
+            pair = list(node.args[:2])
+        if pair is not None:
+            calls = [_has_call(n) for n in pair]
+            if calls.count(True) == 1:
+                return calls.index(True)
+            return None
+    return None
+
+
+def _evidence(project: Project, message: str) -> str | None:
+    """One sentence about what went wrong, from a failure message; None when unusable."""
+    where = ""
+    if message.startswith("@"):
+        where, _, message = message.partition("\n")
+        where = where[1:]
+    first = message.strip().splitlines()[0].strip() if message.strip() else ""
+    if not first:
+        return None
+    match = _ASSERT_CMP.match(first) or _UNITTEST_CMP.match(first)
+    if match and match.group(2) == "==" and "assert " not in first:
+        match = None  # `X == Y` from assertNotEqual: nothing to compare against
+    if match:
+        sides = (_short(match.group(1)), _short(match.group(3)))
+        if match.group(2) == "!=" and "assert " in first:
+            return f"It gives `{sides[0]}` where a different value is expected."
+        observed = _observed_side(project, where) if where else None
+        if observed is None:
+            return f"Two values that should be equal differ: `{sides[0]}` and `{sides[1]}`."
+        return f"It returns `{sides[observed]}` where `{sides[1 - observed]}` is expected."
+    if first.startswith(("assert ", "AssertionError")):
+        return None  # an assertion without a comparison tells the reader nothing useful
+    match = _EXCEPTION.match(first)
+    if match:
+        detail = f": {_short(match.group(2), 120)}" if match.group(2) else ""
+        return f"It raises `{match.group(1)}{detail}` where I expected it to work."
+    if first.startswith("Failed: DID NOT RAISE"):
+        raised = re.findall(r"'(?:[\w.]+\.)?(\w+)'", first)
+        what = f"`{raised[0]}`" if raised else "an error"
+        return f"It does not raise {what} on invalid input, the way it used to."
+    return None
+
+
+def _public_name(project: Project, mutation: Mutation) -> str:
+    module = mutation.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    for prefix in ("src.", "lib."):
+        module = module.removeprefix(prefix)
+    return f"{module}.{mutation.function}"
+
+
+def write_statement(project: Project, mutation: Mutation, messages: Sequence[str],
+                    f2p: Sequence[str]) -> str:
+    """A user's bug report: which function misbehaves, what it gave, what was expected."""
+    name = _public_name(project, mutation)
+    leaks = _forbidden(project, mutation, f2p)
+    facts: list[str] = []
+    for message in messages:
+        fact = _evidence(project, message)
+        if fact and fact not in facts and not any(x in fact for x in leaks):
+            facts.append(fact)
+        if len(facts) == 2:
+            break
+    lines = [f"`{name}` returns wrong results in {project.name} {project.version}", "",
+             f"After updating I noticed that `{name}` (in `{mutation.path}`) no longer behaves "
+             "the way its documentation and earlier releases say it should."]
+    if facts:
+        lines += ["", "What I see:", *[f"- {fact}" for fact in facts]]
+    else:
+        lines += ["", "Some calls return a different value than they should for ordinary "
+                  "inputs, and code that relies on it breaks."]
+    lines += ["", f"Expected: `{name}` behaves as documented again, and the rest of the "
+              "library keeps working as it does now."]
+    return "\n".join(lines)
+
+
+def _forbidden(project: Project, mutation: Mutation, test_ids: Iterable[str]) -> list[str]:
+    """Strings a statement must not contain: test ids, test function names, mutated lines."""
+    out: list[str] = []
+    for node_id in test_ids:
+        out.append(node_id)
+        out.extend(part for part in base_id(node_id).split("::")[1:] if len(part) > 3)
+    original = project.workspace[mutation.path].decode("utf-8")
+    for line in mutation.lines(original):
+        for piece in line.splitlines():
+            if len(piece.strip()) >= 6:
+                out.append(piece.strip())
+    return out
+
+
+def statement_leaks(project: Project, mutation: Mutation, statement: str,
+                    test_ids: Iterable[str]) -> list[str]:
+    """The forbidden strings (test ids and names, mutated lines) found in `statement`."""
+    return [x for x in _forbidden(project, mutation, test_ids) if x in statement]
+
+
+# -- tasks and manifests -------------------------------------------------------------------
+def task_id(project_name: str, mutation: Mutation) -> str:
+    """A synthesized task's id: the project and the mutation's key."""
+    return f"{project_name}-{mutation.key}"
+
+
+def build_task(project: Project, record: Mapping[str, Any]) -> Task:
+    """The repository task a manifest record describes, rebuilt from the project's tree."""
+    mutation = Mutation(**record["mutation"])
+    if mutation.path not in project.workspace:
+        raise DatasetError(f"{project.name}: {mutation.path} is not in the project")
+    text, dropped = project.text_files()
+    original = text[mutation.path]
+    text[mutation.path] = mutation.apply(original)
+    return Task(
+        id=record.get("id") or task_id(project.name, mutation),
+        prompt=record["statement"],
+        files=text,
+        tests=dict(project.tests),
+        solution={mutation.path: original},
+        timeout=float(record.get("timeout", 300.0)),
+        difficulty="hard",
+        tags=("repo", "synthesized", project.name),
+        metadata={"library": project.name, "version": project.version,
+                  "dropped_binaries": dropped},
+        pytest_ini=project.ini,
+        repo=RepoInfo(name=project.name, fail_to_pass=tuple(record["fail_to_pass"]),
+                      pass_to_pass=tuple(record["pass_to_pass"]), synthesized=True),
+    )
+
+
+def verdict_record(project: Project, verdict: Verdict) -> dict[str, Any]:
+    """The manifest row of a kept verdict."""
+    return {"id": task_id(project.name, verdict.mutation), "project": project.name,
+            "mutation": asdict(verdict.mutation), "statement": verdict.statement,
+            "fail_to_pass": list(verdict.fail_to_pass),
+            "pass_to_pass": list(verdict.pass_to_pass), "flaky": list(verdict.flaky),
+            "canaried": verdict.canaried, "failures": verdict.failures}
+
+
+class Progress:
+    """The resumable log of a synthesis run: one JSON line per tried mutation (any verdict)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+        self.rows: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the rows on disk again (another process may be growing the same file)."""
+        if not self.path.exists():
+            return
+        with self.lock:
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line another process is still writing
+                self.rows.setdefault((row["project"], row["key"]), row)
+
+    def seen(self, project: str, key: str) -> bool:
+        return (project, key) in self.rows
+
+    def add(self, row: dict[str, Any]) -> None:
+        with self.lock:
+            self.rows[(row["project"], row["key"])] = row
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
+
+    def of(self, project: str) -> list[dict[str, Any]]:
+        return [r for (p, _), r in self.rows.items() if p == project]
+
+
+def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, seed: int = 0,
+               max_tries: int | None = None, workers: int = 2,
+               on_verdict: Callable[[Verdict | None], None] | None = None) -> list[dict]:
+    """Validate mutations of `project` in schedule order until `max_tasks` are kept.
+
+    Tried mutations are logged to `progress` (and skipped when the run resumes). Returns the
+    kept records of this project, resumed ones included, in schedule order.
+    """
+    order = schedule(find_mutations(project), seed)
+    progress.reload()
+    kept = {r["key"] for r in progress.of(project.name) if r.get("kept")}
+    todo = [m for m in order if not progress.seen(project.name, m.key)]
+    if max_tries is not None:
+        todo = todo[:max_tries]
+    base = baseline(project, pool) if len(kept) < max_tasks and todo else None
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    local = threading.local()
+    benches: list[Bench] = []
+
+    def one(mutation: Mutation) -> None:
+        progress.reload()  # another process may have tried it meanwhile
+        if stop.is_set() or progress.seen(project.name, mutation.key):
+            return
+        if not hasattr(local, "bench"):
+            local.bench = Bench(project, pool)
+            with lock:
+                benches.append(local.bench)
+        assert base is not None
+        try:
+            # The PASS_TO_PASS sample is seeded apart from the schedule: whatever order finds
+            # a bug, its test split is the same (and revalidation reproduces it).
+            verdict = validate_mutation(project, base, mutation, pool, 0, local.bench)
+        except SandboxError:  # our machinery failed, not the mutant: not logged, retried later
+            local.bench.close()
+            return
+        row: dict[str, Any] = {"project": project.name, "key": mutation.key,
+                               "kept": verdict.kept, "reason": verdict.reason,
+                               "wall": round(verdict.wall, 3)}
+        if verdict.kept:
+            row["record"] = verdict_record(project, verdict)
+            row["messages"] = list(verdict.messages)
+        progress.add(row)
+        with lock:
+            if verdict.kept:
+                kept.add(mutation.key)
+            if len(kept) >= max_tasks:
+                stop.set()
+        if on_verdict is not None:
+            on_verdict(verdict)
+
+    if base is not None:
+        try:
+            with ThreadPoolExecutor(max_workers=max(workers, 1)) as executor:
+                list(executor.map(one, todo))
+        finally:
+            for bench in benches:
+                bench.close()
+    rows = {r["key"]: r for r in progress.of(project.name)}
+    records = []
+    for mutation in order:
+        row = rows.get(mutation.key)
+        if row is None or not row.get("kept"):
+            continue
+        record = dict(row["record"])  # statements are re-written with the current writer
+        record["statement"] = write_statement(project, mutation, row.get("messages", []),
+                                              record["fail_to_pass"])
+        records.append(record)
+    return records[:max_tasks]
+
+
+def write_manifest(path: Path, project: Project, records: Sequence[Mapping[str, Any]],
+                   stats: Mapping[str, Any] | None = None) -> None:
+    """Write a one-project manifest (replayable with `load_manifest`)."""
+    data = {"version": MANIFEST_VERSION,
+            "projects": {project.name: {"version": project.version,
+                                        "source": dict(project.source),
+                                        **dict(stats or {})}},
+            "tasks": list(records)}
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def load_manifest(path: Path) -> list[Task]:
+    """The tasks of a manifest written by `tasks synth` (projects rebuilt from their source)."""
+    data = read_manifest(path)
+    projects = {name: project_from_source(info["source"])
+                for name, info in data["projects"].items()}
+    return [build_task(projects[r["project"]], r) for r in data["tasks"]]
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """A manifest's JSON, checked for its version."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"{path}: not a readable manifest ({exc})") from None
+    if data.get("version") != MANIFEST_VERSION:
+        raise DatasetError(f"{path}: manifest version {data.get('version')!r}, "
+                           f"expected {MANIFEST_VERSION}")
+    return data
+
+
+# -- the `tasks synth` command -----------------------------------------------------------
+def synth_command(source: str, output: str | None, max_tasks: int, seed: int,
+                  sandbox: str = "docker", workers: int = 2,
+                  max_tries: int | None = None) -> int:
+    """`opd-gym tasks synth SOURCE`: validated tasks into a manifest, with a progress bar."""
+    import sys
+
+    if max_tasks < 1:
+        print("opd-gym tasks synth: --max must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        project = resolve_project(source)
+    except DatasetError as exc:
+        print(f"opd-gym tasks synth: {exc}", file=sys.stderr)
+        return 2
+    out = Path(output or f"{project.name}-synth.json")
+    progress = Progress(out.with_name(out.name + ".progress.jsonl"))
+    from tqdm import tqdm
+
+    from opd_gym.sandboxes import make_pool
+
+    bar = tqdm(total=max_tasks, unit="task", desc=f"{project.name}: kept", dynamic_ncols=True)
+    tried = [0]
+
+    def tick(verdict: Verdict | None) -> None:
+        tried[0] += 1
+        if verdict is not None and verdict.kept:
+            bar.update(1)
+        bar.set_postfix(tried=tried[0])
+
+    started = time.perf_counter()
+    try:
+        pool = make_pool(sandbox, size=max(workers, 1))
+    except Exception as exc:
+        print(f"opd-gym tasks synth: no sandbox: {exc}", file=sys.stderr)
+        return 2
+    try:
+        records = synthesize(project, pool, progress, max_tasks, seed, max_tries, workers,
+                             on_verdict=tick)
+    except DatasetError as exc:
+        print(f"opd-gym tasks synth: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        pool.close()
+        bar.close()
+    rows = progress.of(project.name)
+    write_manifest(out, project, records, {"tried": len(rows),
+                                           "kept": sum(bool(r.get("kept")) for r in rows),
+                                           "seed": seed})
+    print(f"{len(records)} task(s) from {len(rows)} mutation(s) tried in "
+          f"{time.perf_counter() - started:.0f} s -> {out}")
+    return 0 if records else 1

@@ -1,0 +1,134 @@
+"""The SWE-bench instance loader on a real local repository with multi-commit history."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from repo_project import CORE_FIXED, F2P, P2P, PROBLEM, TESTS_BASE, TESTS_FIXED, build_project
+
+from opd_gym.errors import DatasetError
+from opd_gym.tasks import load_tasks
+from opd_gym.tasks.repo import archive_tree
+from opd_gym.tasks.swebench import _hidden_tests, is_swebench_row, load_swebench, swebench_task
+
+REPO = "minicalc/minicalc"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return build_project(tmp_path_factory.mktemp("swe"))
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("source", ["path", "bundle"])
+def test_round_trip_from_a_jsonl_file(project, tmp_path, source):
+    row = dict(project.row, FAIL_TO_PASS=json.dumps(F2P), PASS_TO_PASS=json.dumps(P2P))
+    assert is_swebench_row(row)
+    history = project.path if source == "path" else project.bundle
+    tasks = load_swebench(write_jsonl(tmp_path / "rows.jsonl", [row]), {REPO: history})
+    assert len(tasks) == 1 and not tasks.skipped
+    task = tasks[0]
+    assert task.id == "minicalc__minicalc-1" and task.prompt.startswith(PROBLEM)
+    assert project.base_commit[:12] in task.prompt
+    base = archive_tree(project.path, project.base_commit)
+    fixed = archive_tree(project.path, project.fix_commit)
+    # files: the base tree's text files (the binary asset is counted, not carried as text)
+    assert dict(task.files) == {p: d.decode() for p, d in base.items() if p != "assets/logo.bin"}
+    assert task.files["tests/test_core.py"] == TESTS_BASE
+    assert task.metadata["binary_files"] == 1 and task.metadata["version"] == "0.1"
+    # tests: after the test patch; solution: after the gold patch, only what it changes
+    assert dict(task.tests) == {"tests/test_core.py": TESTS_FIXED}
+    assert dict(task.solution) == {"minicalc/core.py": CORE_FIXED}
+    assert fixed["minicalc/core.py"].decode() == CORE_FIXED
+    assert task.test_ids == (*F2P, *P2P)
+    assert task.repo.fail_to_pass == tuple(F2P) and task.repo.pass_to_pass == tuple(P2P)
+    assert task.repo.base_commit == project.base_commit
+    assert task.repo.history == str(history.resolve())
+    assert task.repo.image is None and not task.repo.synthesized
+    assert task.pytest_ini == "[pytest]\ntestpaths = \n    tests\naddopts = -q\n"
+
+
+def test_plain_lists_and_json_lists_give_the_same_task(project):
+    plain = swebench_task(project.row, {REPO: project.bundle})
+    encoded = swebench_task(dict(project.row, FAIL_TO_PASS=json.dumps(F2P)),
+                            {REPO: project.bundle})
+    assert plain == encoded
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"patch": None}, "row 2.*field 'patch' is missing"),
+    ({"FAIL_TO_PASS": "[not json"}, "row 2.*'FAIL_TO_PASS' is a string but not a JSON list"),
+    ({"FAIL_TO_PASS": ["test_median_even (tests.TestCore)"]}, "row 2.*not a pytest node id"),
+    ({"PASS_TO_PASS": ["test_clamp"]}, "row 2.*'PASS_TO_PASS'.*not a pytest node id"),
+    ({"FAIL_TO_PASS": []}, "row 2.*'FAIL_TO_PASS' is empty"),
+    ({"FAIL_TO_PASS": ["tests/test_gone.py::test_x"]}, "row 2.*names no file"),
+    ({"repo": "other/repo"}, "row 2.*field 'repo': no local checkout"),
+    ({"base_commit": "f" * 40}, "row 2.*field 'base_commit'"),
+    ({"patch": "--- a/nothing.py\n+++ b/nothing.py\n@@ -1 +1 @@\n-x\n+y\n"},
+     "row 2.*field 'patch' does not apply"),
+    ({"base_commit": None}, "row 2.*'base_commit' is missing.*SWE-smith"),
+])
+def test_bad_rows_name_the_row_and_the_field(project, change, message):
+    bad = {**project.row, **change}
+    if change.get("patch", "") is None or change.get("base_commit", "") is None:
+        bad = {k: v for k, v in bad.items() if v is not None}
+    good = dict(project.row, instance_id="other-id")
+    with pytest.raises(DatasetError, match=message):
+        load_swebench([good, bad], {REPO: project.path})
+    skipping = load_swebench([good, bad], {REPO: project.path}, skip_invalid=True)
+    assert [t.id for t in skipping] == ["other-id"]
+    assert len(skipping.skipped) == 1 and skipping.skipped[0].startswith("row 2")
+
+
+def test_jsonl_errors_name_the_line(project, tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(project.row) + "\n\n{oops\n")
+    with pytest.raises(DatasetError, match=r"rows.jsonl: line 3: invalid JSON"):
+        load_swebench(path, {REPO: project.path})
+
+
+def test_duplicate_ids_and_missing_repositories_are_refused(project, tmp_path):
+    with pytest.raises(DatasetError, match="row 2.*duplicate instance_id"):
+        load_swebench([project.row, project.row], {REPO: project.path})
+    with pytest.raises(DatasetError, match="neither a git repository nor a bundle"):
+        load_swebench([project.row], {REPO: tmp_path})
+    with pytest.raises(FileNotFoundError, match="no SWE-bench instance file"):
+        load_swebench(tmp_path / "missing.jsonl", {REPO: project.path})
+
+
+def test_environment_images_are_kept_or_dropped_on_request(project):
+    row = dict(project.row, image_name="swesmith.x86_64.minicalc")
+    assert swebench_task(row, {REPO: project.path}).repo.image == "swesmith.x86_64.minicalc"
+    kept = swebench_task(row, {REPO: project.path}, ignore_images=True)
+    assert kept.repo.image is None
+
+
+def test_the_generic_loader_points_to_the_swebench_loader(project, tmp_path):
+    path = write_jsonl(tmp_path / "swe.jsonl", [project.row])
+    with pytest.raises(DatasetError, match="SWE-bench-style instance.*load_swebench"):
+        load_tasks(path)
+
+
+def test_hidden_tests_carry_the_conftests_above_them():
+    tree = {"conftest.py": b"# root\n", "tests/conftest.py": b"# tests\n",
+            "tests/unit/test_a.py": b"def test_a(): pass\n", "tests/unit/data.txt": b"d\n",
+            "other/conftest.py": b"# unrelated\n"}
+    tests = _hidden_tests(tree, {"tests/unit/data.txt": b"d\n"},
+                          ["tests/unit/test_a.py::test_a"])
+    assert sorted(tests) == ["conftest.py", "tests/conftest.py", "tests/unit/data.txt",
+                             "tests/unit/test_a.py"]
+
+
+def test_a_task_spec_mapping_loads_swebench_rows(project, tmp_path):
+    from opd_gym.tasks.resolve import resolve_tasks
+
+    path = write_jsonl(tmp_path / "swe.jsonl", [project.row])
+    tasks = resolve_tasks({"swebench": str(path), "repos": {REPO: str(project.bundle)},
+                           "ids": ["minicalc__minicalc-1"]})
+    assert [t.id for t in tasks] == ["minicalc__minicalc-1"]
+    assert tasks[0].repo.history == str(project.bundle)

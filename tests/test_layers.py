@@ -1,0 +1,173 @@
+"""The package's import graph, read from the source: no cycles, and no module imports from a
+layer above its own (lazy imports inside functions count: they tie two modules together too).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import opd_gym
+
+ROOT = Path(opd_gym.__file__).parent
+
+# bottom up; a module belongs to the layer of its longest matching prefix ("" is the package)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundations", ("errors", "resources", "actions", "spaces")),
+    # grading.canary reads test sources (pure AST, imports nothing of the package): task
+    # synthesis asks it which tests can earn, the grader builds its variants from it
+    ("parts", ("models", "sandboxes", "tasks", "tools", "specs", "grading.canary")),
+    ("judgement", ("grading", "rewards", "transcript")),
+    # the row formats and the files that hold them: written by the recorder, read by anyone
+    ("records", ("opd.record", "runs.schema", "runs.directory", "wrappers")),
+    ("episode", ("episode", "env", "registration")),
+    ("actors", ("agents",)),
+    ("opd", ("opd",)),
+    ("runs", ("runs",)),
+    ("runners", ("rollout", "distributed", "trl", "sb3", "exports", "viewer", "loggers")),
+    ("faces", ("cli", "compat", "")),
+]
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> dict[str, int]:
+    """Package modules `path` imports (every import statement), with the first line of each."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for target in targets:
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.setdefault(target, node.lineno)
+                break
+    return found
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    modules = _modules()
+    return {m: _imports(m, p, set(modules)) for m, p in modules.items()}
+
+
+def layer(module: str) -> int:
+    """Index in LAYERS of `module` ("opd_gym.x.y"); KeyError for a module no layer claims."""
+    rel = module.removeprefix("opd_gym").removeprefix(".")
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if rel == prefix or (prefix and rel.startswith(prefix + ".")):
+                if best is None or len(prefix) > best[1]:
+                    best = (index, len(prefix))
+    if best is None:
+        raise KeyError(f"{module} is in no layer: add it to LAYERS in {__file__}")
+    return best[0]
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, recursive)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in _modules() if _safe_layer(m) is None] == []
+
+
+def _safe_layer(module: str) -> int | None:
+    try:
+        return layer(module)
+    except KeyError:
+        return None
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    graph = _graph()
+    upward = [
+        f"{m} ({LAYERS[layer(m)][0]}) line {line} imports {d} ({LAYERS[layer(d)][0]})"
+        for m, deps in sorted(graph.items()) for d, line in deps.items()
+        if _safe_layer(m) is not None and _safe_layer(d) is not None and layer(d) > layer(m)
+    ]
+    assert upward == []
+
+
+def test_the_package_has_no_import_cycles():
+    graph = _graph()
+    assert len(graph) > 100 and sum(map(len, graph.values())) > 300  # the graph was read
+    assert _cycles(graph) == []
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import():
+    """The two checks above fail on what they forbid (a graph built by hand)."""
+    graph = {"opd_gym.specs": {"opd_gym.agents.policies": 1},
+             "opd_gym.agents.policies": {"opd_gym.specs": 2}}
+    assert _cycles(graph) == [["opd_gym.agents.policies", "opd_gym.specs"]]
+    assert layer("opd_gym.agents.policies") > layer("opd_gym.specs")
+    assert layer("opd_gym.runs.schema") < layer("opd_gym.agents.hf") < layer("opd_gym.runs.core")
+
+
+def test_old_import_paths_are_served_from_one_place():
+    """Moved names and modules still import, as the very objects of their new homes."""
+    from opd_gym.agents.policies import make_policy
+    from opd_gym.exports import formats
+    from opd_gym.opd import exporters
+    from opd_gym.opd.teachers import make_teacher
+    from opd_gym.specs import make_policy as old_policy
+    from opd_gym.specs import make_teacher as old_teacher
+    from opd_gym.transcript import prompt_ids
+
+    assert exporters is formats
+    assert (old_teacher, old_policy) == (make_teacher, make_policy)
+    from opd_gym.models.tokenizer import prompt_ids as old_prompt_ids
+
+    assert old_prompt_ids is prompt_ids
+    import opd_gym.specs
+
+    try:
+        opd_gym.specs.no_such_name  # noqa: B018
+    except AttributeError as exc:
+        assert "no_such_name" in str(exc)
+    else:
+        raise AssertionError("an unknown name must still raise AttributeError")
