@@ -22,13 +22,11 @@ import hashlib
 import math
 import random
 import string
-import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-# CPython 3.11 before 3.11.9 (gh-106905) breaks when threads ast.parse at once.
-_PARSE_LOCK = threading.Lock()
+from opd_gym import pyast
 
 _EQUALITY = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 _MEMBERSHIP = (ast.In, ast.NotIn)
@@ -127,10 +125,9 @@ class Variants:
     real_in: Mapping[str, int]
 
 
-def parse(source: str) -> ast.Module:
-    """`ast.parse` under the module's lock (see _PARSE_LOCK)."""
-    with _PARSE_LOCK:
-        return ast.parse(source)
+def parse(source: str | bytes) -> ast.Module:
+    """`ast.parse` under the package's parse lock (opd_gym.pyast)."""
+    return pyast.parse(source)
 
 
 def seed_for(secret: bytes, task_key: str) -> int:
@@ -790,7 +787,7 @@ def _text_token(token: str, value: str | bytes, rng: random.Random) -> str | Non
         pool = next((c for c in _CLASSES if char in c), "!#$%&()*+,-./:;<=>?@[]^_`|~")
         new = token[:index] + rng.choice([c for c in pool if c != char]) + token[index + 1:]
         try:
-            changed = ast.literal_eval(new)
+            changed = pyast.literal_eval(new)
         except (ValueError, SyntaxError):
             continue
         if type(changed) is not type(value) or len(changed) != len(value):
@@ -846,7 +843,7 @@ def _moved_enough(old: str, new: str, tolerance: float) -> bool:
     if not tolerance:
         return True
     try:
-        a, b = ast.literal_eval(old), ast.literal_eval(new)
+        a, b = pyast.literal_eval(old), pyast.literal_eval(new)
     except (ValueError, SyntaxError):
         return False
     if not isinstance(a, int | float) or isinstance(a, bool):

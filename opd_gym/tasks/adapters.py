@@ -14,6 +14,7 @@ import tokenize
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from opd_gym import pyast
 from opd_gym.errors import DatasetError
 from opd_gym.tasks.model import Task
 
@@ -118,7 +119,7 @@ def test_assert_{index}():
 def _names(source: str) -> set[str]:
     """Every identifier a piece of code uses or defines (to pick names it cannot meet)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(pyast.parse(source)):
         if isinstance(node, ast.Name):
             found.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -156,7 +157,7 @@ def _indent(source: str, prefix: str) -> str:
 
 def _embedded(code: str, where: str) -> str:
     """Dataset code that can live in a nested function (no `global`, no `import *`)."""
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(pyast.parse(code)):
         if isinstance(node, ast.Global | ast.Nonlocal):
             raise DatasetError(f"field {where!r}: `global`/`nonlocal` statements are not supported")
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
@@ -199,7 +200,7 @@ def _field(row: Mapping[str, Any], name: str, kind: type | tuple[type, ...] = st
 
 def _parse(source: str, name: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return pyast.parse(source)
     except SyntaxError as exc:
         message = f"field {name!r} is not valid Python: {exc.msg} (line {exc.lineno})"
         raise DatasetError(message) from exc
@@ -254,7 +255,7 @@ def _called_names(asserts: list[str], code: ast.Module) -> list[str]:
 def _stdlib_modules(asserts: list[str]) -> list[str]:
     """Stdlib modules the asserts use as `module.attr` (MBPP tests lean on the code's imports)."""
     used = {
-        node.value.id for a in asserts for node in ast.walk(ast.parse(a))
+        node.value.id for a in asserts for node in ast.walk(pyast.parse(a))
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
     }
     return sorted(used & sys.stdlib_module_names)

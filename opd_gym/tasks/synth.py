@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from opd_gym import pyast
 from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
 from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
@@ -415,14 +416,14 @@ def find_mutations(project: Project) -> list[Mutation]:
             continue
         try:
             text = data.decode("utf-8")
-            tree = ast.parse(text)
+            tree = pyast.parse(text)
         except (UnicodeDecodeError, SyntaxError, ValueError):
             continue
         finder = _Finder(path, text, wanted)
         finder.visit_module(tree)
         for mutation in finder.found:
             try:
-                ast.parse(mutation.apply(text))
+                pyast.parse(mutation.apply(text))
             except (SyntaxError, ValueError):
                 continue
             found.append(mutation)
@@ -734,7 +735,7 @@ def _observed_side(project: Project, where: str) -> int | None:
         return None
     line = int(line_text)
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return None
     for node in ast.walk(tree):

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+from opd_gym import pyast
 from opd_gym.tasks.model import Task
 
 WRONG_LIMIT = 0.5  # a wrong answer must score below this
@@ -211,9 +212,9 @@ def perturb_python(source: str) -> str:
 
     Raises SyntaxError if the source does not parse.
     """
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     tree = _Perturber().visit(tree)
-    runtime = ast.parse(_RUNTIME).body
+    runtime = pyast.parse(_RUNTIME).body
     body = tree.body
     at = 0
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
