@@ -91,10 +91,72 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.rootfs_only:
         print(build_rootfs())
         return 0
+    budget = _budget(args.budget)
+    tasks = _load_tasks(_tasks_spec(args.tasks, None, False)) if args.tasks else None
+    engine = DockerEngine()
     method = build_image(args.image or DockerConfig().image, method=args.method, force=args.force,
-                         engine=DockerEngine())
+                         engine=engine)
     print(f"sandbox image ready ({method})")
+    if tasks is not None:
+        _build_environments(tasks, engine, budget, quiet=args.quiet)
     return 0
+
+
+def _budget(text: str | None) -> int:
+    from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, parse_size
+
+    try:
+        return DEFAULT_BUDGET if text is None else parse_size(text)
+    except OPDGymError as exc:
+        raise UserError(f"--budget: {exc}") from None
+
+
+def _build_environments(tasks: Any, engine: Any, budget: int, quiet: bool) -> None:
+    """Build (or find) the environment image of every task that needs one, with a bar."""
+    from opd_gym.sandboxes.env_image import EnvironmentSpec, ImageCache
+    from opd_gym.tasks.repo import environment
+
+    wanted: dict[Any, list[str]] = {}
+    for task in tasks:
+        where = environment(task)
+        if where is not None:
+            wanted.setdefault(where, []).append(task.id)
+    shared = len(tasks) - sum(len(ids) for ids in wanted.values())
+    print(f"{len(tasks)} task(s): {shared} run in the sandbox image, "
+          f"{len(wanted)} environment image(s) needed")
+    missing = [f"{where} (task {ids[0]})" for where, ids in wanted.items()
+               if isinstance(where, str) and not engine.has_image(where)]
+    if missing:
+        raise UserError(f"{len(missing)} environment image(s) the tasks name are not on this "
+                        f"machine and cannot be pulled offline: {', '.join(missing[:3])}; "
+                        "load them with `docker load`")
+    specs = [w for w in wanted if isinstance(w, EnvironmentSpec)]
+    if not specs:
+        return
+    bar = None
+    if not quiet:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(specs), unit="image", dynamic_ncols=True)
+        except ImportError:  # no bar: the cache prints a line per step instead
+            pass
+    log = bar.write if bar is not None else (None if quiet else print)
+    cache = ImageCache(engine, budget, log=log)
+    built = found = 0
+    started = time.perf_counter()
+    try:
+        for spec in specs:
+            report = cache.ensure(spec)
+            built, found = built + report.built, found + (not report.built)
+            if bar is not None:
+                bar.set_postfix_str(f"{report.tag} {report.size >> 20} MiB", refresh=False)
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"environment images ready: {built} built, {found} already here "
+          f"({time.perf_counter() - started:.0f} s; budget {budget >> 30} GiB)")
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -711,6 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--image", help="image name (default: the library's)")
     build.add_argument("--force", action="store_true", help="rebuild even if present")
     build.add_argument("--rootfs-only", action="store_true", help="only the bwrap rootfs")
+    build.add_argument("--tasks", help="also build the environment images these tasks need "
+                       "(" + TASKS_HELP + ")")
+    build.add_argument("--budget", help="disk kept for environment images, e.g. 20g (least "
+                       "recently used beyond it are removed; default 20g)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=cmd_build)
     doctor = ssub.add_parser("doctor", help="check the backends and run a smoke session")
     doctor.add_argument("--backend", action="append", choices=SANDBOXES[1:])

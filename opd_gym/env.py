@@ -24,8 +24,10 @@ from opd_gym.errors import ConfigError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
+from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, EnvironmentSpec, ImageCache, parse_size
 from opd_gym.spaces import ModelOutput, UnicodeText
 from opd_gym.tasks.model import Task
+from opd_gym.tasks.repo import environment
 from opd_gym.tasks.resolve import DEFAULT_SUITE, pick_task, resolve_tasks  # noqa: F401
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.formats import ToolFormat
@@ -61,6 +63,8 @@ class CodingEnv(gym.Env[str, Any]):
             "mistral", "deepseek" (`opd_gym.tools.formats`), or a tokenizer that decides.
         grader: the `Grader` to use (share one between envs on one pool so each task is
             calibrated once); default: one of this env's own, made with its pool.
+        image_budget: disk kept for repository tasks' environment images (bytes or "20g");
+            least recently used images beyond it are removed after a build.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -84,6 +88,7 @@ class CodingEnv(gym.Env[str, Any]):
         render_mode: str | None = None,
         tool_format: Any = "hermes",
         grader: Grader | None = None,
+        image_budget: int | str = DEFAULT_BUDGET,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} "
@@ -99,6 +104,10 @@ class CodingEnv(gym.Env[str, Any]):
         self.pool: SandboxPool | None = sandbox if isinstance(sandbox, SandboxPool) else None
         self._owns_pool = self.pool is None
         self.grader = grader
+        self.image_budget = parse_size(image_budget)
+        self._images: ImageCache | None = None
+        self._built: dict[EnvironmentSpec, str] = {}  # spec -> tag, once ensured here
+        self._image_graders: dict[str, Grader] = {}
         self.episode: Episode | None = None
         self._printed = 0
         self._closed = False
@@ -114,7 +123,8 @@ class CodingEnv(gym.Env[str, Any]):
             self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
         if self.grader is None:
             self.grader = Grader(self.pool)
-        self.episode = Episode(task, self.pool, self.settings, self.grader)
+        pool, grader = self._pool_for(task)
+        self.episode = Episode(task, pool, self.settings, grader)
         self._printed = 0
         if self.render_mode == "human":
             self.render()
@@ -150,6 +160,28 @@ class CodingEnv(gym.Env[str, Any]):
             self.pool.close()
         self.pool = None
         super().close()
+
+    def _pool_for(self, task: Task) -> tuple[SandboxPool, Grader]:
+        """The warm pool and grader of the image `task` runs in (its own environment image,
+        built on first use, for a repository task with one; else the env's pool)."""
+        assert self.pool is not None and self.grader is not None
+        where = environment(task)
+        if where is None:
+            return self.pool, self.grader
+        if isinstance(where, EnvironmentSpec):
+            tag = self._built.get(where)
+            if tag is None:
+                if self._images is None:
+                    from opd_gym.sandboxes.docker import DockerEngine
+
+                    self._images = ImageCache(DockerEngine(), self.image_budget)
+                tag = self._built[where] = self._images.ensure(where).tag
+        else:
+            tag = where
+        pool = self.pool.with_image(tag)
+        if tag not in self._image_graders:
+            self._image_graders[tag] = Grader(pool)
+        return pool, self._image_graders[tag]
 
     def _end_episode(self) -> None:
         if self.episode is not None:

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opd_gym.actions import ModelOutputData, to_model_output
-from opd_gym.errors import ConfigError
+from opd_gym.errors import ConfigError, OPDGymError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown, RewardWeights, compute_reward
 from opd_gym.sandboxes import Sandbox, SandboxDied, SandboxError, SandboxPool, SandboxTimeout
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.repo import workspace_files
+from opd_gym.tasks.repo_diff import WorkspaceDiff, base_commit, collect_diff
 from opd_gym.tools.executor import ToolExecutor, ToolResult, error_result
 from opd_gym.tools.formats import ToolFormat, get_tool_format
 from opd_gym.tools.parsing import ParsedOutput, ToolCall, parse_openai_tool_calls
@@ -125,6 +126,7 @@ class Episode:
         self.format_streak = 0
         self.snapshot_skipped: list[str] = []
         self.snapshot_skipped_count = 0
+        self.diff: WorkspaceDiff | None = None  # a repository task's change, at the end
 
     @property
     def done(self) -> bool:
@@ -219,6 +221,8 @@ class Episode:
                     info["grade"]["not_carried_count"] = self.snapshot_skipped_count
             if self.reward_breakdown is not None:
                 info["reward_breakdown"] = self.reward_breakdown.to_dict()
+            if self.diff is not None:  # repository tasks: the agent's change (or why unknown)
+                info["diff"] = self.diff.to_dict()
         return info
 
     def release(self) -> None:
@@ -297,9 +301,14 @@ class Episode:
             else:  # as much as the grading sandbox holds; what is left out is named
                 self.snapshot_skipped = list(getattr(files, "skipped", []))
                 self.snapshot_skipped_count = getattr(files, "skipped_count", 0)
+                self.diff = self._collect_diff()
                 self.release()
                 report = self._grader.grade(self.task, files)
         self.release()
+        if self.task.repo is not None and self.diff is None:
+            self.diff = WorkspaceDiff.unknown(
+                f"the sandbox stopped before the diff was taken: {died}" if died is not None
+                else "no sandbox was left to take the diff in")
         self.grade = report
         if report is not None:
             verdict = f"Submitted. {report.summary()}{self._not_carried_note()}"
@@ -311,6 +320,17 @@ class Episode:
             binary=self.settings.binary_correctness,
         )
         return results, died
+
+    def _collect_diff(self) -> WorkspaceDiff | None:
+        """A repository task's diff against its base commit (None for other tasks); run after
+        the snapshot, so the workspace it reads is the one graded."""
+        if self.task.repo is None or self.sandbox is None:
+            return None
+        try:
+            base = base_commit(self.task)
+        except OPDGymError as exc:
+            return WorkspaceDiff.unknown(f"the base commit is unknown: {exc}")
+        return collect_diff(self.sandbox, base)
 
     def _not_carried_note(self) -> str:
         """What the snapshot could not carry to grading, for the agent's last message."""

@@ -183,3 +183,41 @@ def build_project(root: Path) -> Project:
         "version": "0.1", "environment_setup_commit": base, "created_at": "2026-11-25",
     }
     return Project(repo, bundle, base, fix, row)
+
+
+CALC_BUGGY = """from toolz import frequencies
+
+
+def most_common(items):
+    \"\"\"The item seen most often.\"\"\"
+    counts = frequencies(items)
+    return min(counts, key=counts.get)
+
+
+def distinct(items):
+    return len(frequencies(items))
+"""
+CALC_TESTS = """from calc import distinct, most_common
+
+
+def test_most_common():
+    assert most_common("abracadabra") == "a"
+
+
+def test_distinct():
+    assert distinct("abracadabra") == 5
+"""
+INSTALL_TOOLZ = ("tar -xzf /opd-cache/toolz-1.2.0.tar.gz -C /tmp && "
+                 "cp -r /tmp/toolz-1.2.0/toolz /usr/local/lib/python3.11/dist-packages/")
+
+
+def toolz_task(setup: tuple[str, ...]) -> Any:
+    """A synthesized repository task whose code imports toolz, which the sandbox image lacks:
+    its setup step installs it offline from the pinned sdist setup cached."""
+    from opd_gym.tasks import RepoInfo, Task
+
+    return Task(id="calc-most-common", prompt="most_common returns the rarest item.",
+                files={"calc.py": CALC_BUGGY}, tests={"tests/test_calc.py": CALC_TESTS},
+                repo=RepoInfo(name="calc", fail_to_pass=["tests/test_calc.py::test_most_common"],
+                              pass_to_pass=["tests/test_calc.py::test_distinct"],
+                              setup=setup, synthesized=True))

@@ -347,3 +347,30 @@ def test_skip_invalid_and_editor_line_numbers(tmp_path):
     listed = opd_gym("tasks", "list", "--tasks", str(path), "--skip-invalid")
     assert listed.returncode == 0 and "1 tasks" in listed.stdout
     assert "skipped 1 invalid task row(s)" in listed.stderr and "line 3" in listed.stderr
+
+
+@pytest.mark.docker
+def test_sandbox_build_for_tasks_reports_what_the_tasks_need(tmp_path, capsys):
+    """`sandbox build --tasks repo`: the suite runs in the sandbox image (no image to build);
+    tasks with setup steps get their environment image built, then found, with a bar; a bad
+    budget is one line, rc 2."""
+    done = opd_gym("sandbox", "build", "--tasks", "repo", "--quiet")
+    assert done.returncode == 0, done.stderr
+    count = len(__import__("opd_gym.tasks.repo_suite", fromlist=["x"]).load_repo_suite())
+    assert f"{count} task(s): {count} run in the sandbox image, 0 environment image(s)" \
+        in done.stdout, done.stdout
+    bad = opd_gym("sandbox", "build", "--tasks", "repo", "--budget", "lots")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--budget" in bad.stderr
+
+    from repo_project import INSTALL_TOOLZ, toolz_task
+
+    from opd_gym.cli import _build_environments
+    from opd_gym.sandboxes.docker import DockerEngine
+
+    tasks = [toolz_task((INSTALL_TOOLZ,)), toolz_task(())]
+    _build_environments(tasks, DockerEngine(), 20 << 30, quiet=True)
+    out = capsys.readouterr().out
+    assert "2 task(s): 1 run in the sandbox image, 1 environment image(s) needed" in out, out
+    assert "environment images ready:" in out and ("1 built" in out or "1 already here" in out)
+    _build_environments(tasks, DockerEngine(), 20 << 30, quiet=True)
+    assert "0 built, 1 already here" in capsys.readouterr().out

@@ -6,8 +6,9 @@ Version history (stored under the key `schema`):
 
 - 1: the first format (rows written before the key existed read as version 1 too).
   Optional keys added since, read as absent from older rows: `interrupted` (true: the run was
-  interrupted while this episode played; it counts as not played) and `error` (why an
-  unfinished row ended).
+  interrupted while this episode played; it counts as not played), `error` (why an
+  unfinished row ended) and `diff` (a repository task's change: `text` the git diff against
+  the base commit, "" for none, null when unknown with the `reason`; `truncated`, `lossy`).
 
 Files are strict JSON: a non-finite float (NaN, Infinity) is written as null (OPD record
 arrays spell theirs as the strings "NaN"/"Infinity"/"-Infinity"); readers still accept the
@@ -48,6 +49,7 @@ _FIELDS = {
     "opd": "opd",
     "opd_metrics": "opd_metrics",
     "tools": "tools",
+    "diff": "diff",
 }
 
 
@@ -153,6 +155,7 @@ class EpisodeRow:
     opd: list[dict[str, Any]] | None = None  # OPDRecord.to_dict() each; None when OPD was off
     opd_metrics: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
+    diff: dict[str, Any] | None = None  # a repository task's change (see the module doc)
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
@@ -186,6 +189,7 @@ class EpisodeRow:
             opd_metrics=data.get("opd_metrics") if isinstance(data.get("opd_metrics"), dict)
             else None,
             tools=[t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else None,
+            diff=data.get("diff") if isinstance(data.get("diff"), dict) else None,
             extra={k: v for k, v in data.items() if k not in _FIELDS and k != VERSION_KEY},
             schema_version=version,
         )
@@ -199,7 +203,7 @@ class EpisodeRow:
                 continue
             if key in ("opd", "opd_metrics") and self.opd is None and self.opd_metrics is None:
                 continue
-            if key == "tools" and value is None:
+            if key in ("tools", "diff") and value is None:
                 continue
             out[key] = value
         out.update(self.extra)

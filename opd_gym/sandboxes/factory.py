@@ -72,5 +72,14 @@ def sandbox_factory(spec: str | Mapping[str, Any] = "docker") -> Callable[[], Sa
 def make_pool(
     spec: str | Mapping[str, Any] = "docker", size: int = 2, **kwargs: Any
 ) -> SandboxPool:
-    """A warm pool of sandboxes of backend `spec` (Docker: reaps orphaned containers first)."""
-    return SandboxPool(sandbox_factory(spec), size=size, **kwargs)
+    """A warm pool of sandboxes of backend `spec` (Docker: reaps orphaned containers first).
+
+    A Docker pool can also hand out pools of other images (`SandboxPool.with_image`), with
+    the same options: what repository tasks with their own environment image play in."""
+    factory = sandbox_factory(spec)
+    name, options = _split(spec)
+    for_image = None
+    if resolve_backend(name) == "docker":
+        def for_image(image: str) -> Callable[[], Sandbox]:
+            return sandbox_factory({**options, "backend": "docker", "image": image})
+    return SandboxPool(factory, size=size, factory_for_image=for_image, **kwargs)

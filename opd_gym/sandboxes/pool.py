@@ -22,10 +22,14 @@ class SandboxPool:
         *,
         workers: int = 2,
         acquire_timeout: float = 120.0,
+        factory_for_image: Callable[[str], Callable[[], Sandbox]] | None = None,
     ) -> None:
         if size < 0:
             raise ConfigError("pool size must be >= 0")
         self.factory = factory
+        self.factory_for_image = factory_for_image
+        self._workers = workers
+        self._by_image: dict[str, SandboxPool] = {}
         self.size = size
         self.acquire_timeout = acquire_timeout
         self._ready: queue.Queue[Sandbox] = queue.Queue()
@@ -109,6 +113,22 @@ class SandboxPool:
         else:
             self._track(self._executor.submit(sandbox.close))
 
+    def with_image(self, image: str) -> SandboxPool:
+        """A warm pool like this one whose sandboxes run `image` (made on first use, kept and
+        closed with this pool); refused for a backend that cannot run images."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox pool is closed")
+            pool = self._by_image.get(image)
+            if pool is None:
+                if self.factory_for_image is None:
+                    raise ConfigError(f"this task runs in its own image ({image}), which only "
+                                      "the docker sandbox backend can start")
+                pool = SandboxPool(self.factory_for_image(image), self.size,
+                                   workers=self._workers, acquire_timeout=self.acquire_timeout)
+                self._by_image[image] = pool
+            return pool
+
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
         """Close every ready sandbox and wait for background work; idempotent."""
@@ -116,6 +136,9 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
+            children = list(self._by_image.values())
+        for child in children:
+            child.close()
         for future in list(self._pending):
             try:
                 future.result(timeout=60)

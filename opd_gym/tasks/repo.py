@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from opd_gym.errors import ConfigError, DatasetError
+from opd_gym.sandboxes.env_image import EnvironmentSpec
+from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks.model import RepoInfo, Task
 
 AUTHOR = ("opd-gym", "opd-gym@localhost")
@@ -76,14 +78,22 @@ def git(args: Sequence[str], cwd: str | os.PathLike[str] | None = None, *,
     return done.stdout
 
 
-def check_environment(task: Task) -> None:
-    """Refuse a task that needs an environment image of its own: not supported yet."""
+def environment(task: Task, cache_dir: Path | None = None) -> str | EnvironmentSpec | None:
+    """Where `task` runs: None for the sandbox image, an existing image's name, or the
+    `EnvironmentSpec` of an image to build (its setup steps on the sandbox image, or on the
+    task's `image` when it names both). `cache_dir` is the setup cache the steps install from
+    (default: the pinned sdists `scripts/setup.sh` keeps)."""
     info = task.repo
-    if info is not None and (info.image or info.setup):
-        what = f"image {info.image!r}" if info.image else f"{len(info.setup)} setup step(s)"
-        raise ConfigError(f"task {task.id!r} needs its own environment ({what}); per-task "
-                          "images are not supported yet: only tasks that run in the sandbox "
-                          "image can be played")
+    if info is None or (not info.image and not info.setup):
+        return None
+    if not info.setup:
+        return info.image
+    if cache_dir is None:
+        from opd_gym.tasks.libraries import sdist_cache
+
+        cache_dir = sdist_cache()
+    return EnvironmentSpec(setup=info.setup, base=info.image or DEFAULT_IMAGE,
+                           cache_dir=cache_dir)
 
 
 def workspace_files(task: Task) -> dict[str, bytes]:
@@ -95,7 +105,6 @@ def workspace_files(task: Task) -> dict[str, bytes]:
     info = task.repo
     if info is None:
         raise ConfigError(f"task {task.id!r} is not a repository task")
-    check_environment(task)
     key = _cache_key(task, info)
     with _LOCK:
         building = _BUILDING.setdefault(key, threading.Lock())
@@ -330,7 +339,7 @@ __all__ = [
     "FIXED_DATE",
     "GitError",
     "archive_tree",
-    "check_environment",
+    "environment",
     "git",
     "project_pytest_ini",
     "text_files",

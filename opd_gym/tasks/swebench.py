@@ -53,8 +53,11 @@ def load_swebench(source: Rows, repos: Mapping[str, str | os.PathLike[str]], *,
     `repos` maps each row's `repo` ("owner/name") to a local checkout or git bundle holding
     its base commits. A bad row raises DatasetError naming the row (1-based; "line N" in a
     JSONL file) and the field, or with `skip_invalid` is noted in `.skipped`. Rows naming an
-    environment image (`image_name`...) keep it in `RepoInfo.image`, which episodes refuse for
-    now; `ignore_images=True` drops it (you vouch that the sandbox image runs the tests).
+    environment image (`image_name`...) keep it in `RepoInfo.image`: episodes run in that
+    image, which must be on this machine; `ignore_images=True` drops it (you vouch that the
+    sandbox image runs the tests). An optional `setup` field (a command or a list) holds steps
+    that build the task's image offline on the sandbox image (or on the named image), see
+    `opd_gym.sandboxes.env_image`.
     """
     label_source = ""
     if isinstance(source, str | os.PathLike):
@@ -147,6 +150,13 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
     for name in IMAGE_FIELDS:
         if isinstance(row.get(name), str) and row[name].strip() and not ignore_images:
             image = row[name].strip()
+    setup = row.get("setup", ())
+    if isinstance(setup, str):
+        setup = [setup] if setup.strip() else []
+    if not isinstance(setup, list | tuple) or not all(isinstance(s, str) and s.strip()
+                                                     for s in setup):
+        raise DatasetError("field 'setup': give shell commands (a string or a list of them) "
+                           "that build the environment offline")
     source, reader = readers.get(repo_name)
     try:
         tree = archive_tree(reader, base)
@@ -171,7 +181,7 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
     prompt = (f"{statement.rstrip()}\n\n(The repository {repo_name} is checked out in the "
               f"workspace at commit {base[:12]}, with its git history up to that commit.)")
     info = RepoInfo(name=repo_name, fail_to_pass=f2p, pass_to_pass=p2p, base_commit=base,
-                    history=str(source), image=image)
+                    history=str(source), image=image, setup=tuple(setup))
     metadata = {"source": "swebench", "repo": repo_name, "base_commit": base,
                 "binary_files": len(binary)}
     for name in ("version", "environment_setup_commit", "created_at"):

@@ -514,7 +514,8 @@ def run_suite(sandbox: Any, args: Sequence[str] = (), timeout: float = RUN_TIMEO
     from pytest-reportlog as tests/grading/plain_pytest.py reads them."""
     quoted = " ".join(shlex.quote(a) for a in args)
     command = (f"rm -f {REPORT} {OUTCOMES}; PYTHONDONTWRITEBYTECODE=1 python3 -m pytest "
-               f"-p no:cacheprovider -q --report-log={REPORT} {quoted} >/dev/null 2>&1; "
+               f"-p no:cacheprovider -q --tb=native --report-log={REPORT} {quoted} "
+               ">/dev/null 2>&1; "
                f"python3 -c {shlex.quote(_SUMMARY)} {REPORT} {OUTCOMES}")
     started = time.perf_counter()
     result = sandbox.run(command, timeout=timeout)
@@ -691,7 +692,8 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
     if any(r.timed_out or r.collect_errors for r in reruns):
         return done(False, "unstable (a rerun timed out or broke collection)")
     flaky = sorted(i for i in scored if any(r.outcomes.get(i, "missing")
-                                            != first.outcomes[i] for r in reruns))
+                                            != first.outcomes.get(i, "missing")
+                                            for r in reruns))
     f2p = [i for i in f2p if i not in flaky]
     p2p = [i for i in p2p if i not in flaky]
     if not f2p:

@@ -118,6 +118,16 @@ color:#6b7280}
 .tests td{padding:3px 8px;border-bottom:1px solid #f3f4f6;vertical-align:top}
 .tests pre{font-size:11.5px;color:#4b5563;max-height:10em;overflow:auto}
 .muted{color:#6b7280}
+.diff{margin-top:12px}
+.diff>summary{cursor:pointer}
+.diff.unknown{background:#fef2f2;border-color:#fecaca;color:#991b1b}
+.diff-text{margin-top:8px;max-height:40em;overflow:auto;background:#fafafa;
+border:1px solid #f0f1f3;border-radius:6px;padding:6px 8px;white-space:pre}
+.ln-add{background:#dcfce7;color:#166534}
+.ln-del{background:#fee2e2;color:#991b1b}
+.ln-hunk{color:#6d28d9}
+.ln-meta{color:#374151;font-weight:600}
+.warn-chip{background:#fef3c7;border-color:#fcd34d;color:#92400e}
 select{font:inherit;font-size:12.5px;padding:3px 6px;border:1px solid #d1d5db;
 border-radius:6px;background:#fff}
 #filter-status{color:#6b7280;font-size:12px}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ FILTER_CONTROL = (
     '</select><span id="filter-status"></span>'
 )
 MAX_PROBLEMS = 50
+MAX_DIFF_CHARS = 250_000  # characters of one episode's diff shown (the row keeps it all)
+HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 SUMMARY_ORDER = ("episodes", "finished", "unfinished", "pass_rate", "mean_reward", "mean_turns",
                  "hint_rate", "tokens_scored", "seconds", "bad_lines")
 
@@ -259,6 +262,7 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
     body = [f'<div class="meta">{"".join(meta)}</div>']
     body += [f'<div class="err-note"><b>unreadable</b> {esc(p)}</div>' for p in problems]
     body.append(render_conversation(ep, records, names, budget))
+    body.append(render_diff(row.diff))
     body.append(_grade(ep.grade))
     metrics = row.opd_metrics or {}
     if metrics:
@@ -302,3 +306,67 @@ def _grade(grade: dict[str, Any]) -> str:
                   f'{pre(str(grade["output"]))}</details>')
     return (f'<div class="grade card"><div class="h">{esc(title)} {"".join(notes)}</div>'
             f"{table}{output}</div>")
+
+
+def render_diff(diff: dict[str, Any] | None) -> str:
+    """A repository task's change against its base commit, folded away, its lines coloured;
+    "no change" only for a diff known to be empty, the reason when it is unknown, and
+    nothing for a row without one (other tasks, older rows)."""
+    if not isinstance(diff, dict):
+        return ""
+    text = diff.get("text")
+    if not isinstance(text, str):
+        reason = diff.get("reason") or "no reason was recorded"
+        return ('<div class="diff card unknown"><b>Diff unknown</b> '
+                f'<span class="why">{esc(reason)}</span></div>')
+    if not text:
+        return ('<div class="diff card none"><b>No change</b> <span class="muted">the '
+                "workspace equals the base commit</span></div>")
+    shown, hidden = text, 0
+    if len(text) > MAX_DIFF_CHARS:
+        cut = text.rfind("\n", 0, MAX_DIFF_CHARS) + 1 or MAX_DIFF_CHARS
+        shown, hidden = text[:cut], len(text) - cut
+    lines, files, added, removed = _diff_lines(shown.removesuffix("\n").split("\n"))
+    notes = []
+    if diff.get("truncated"):
+        notes.append('<span class="chip warn-chip">truncated: the diff is longer than '
+                     "the part recorded</span>")
+    if diff.get("lossy"):
+        notes.append(chip("not UTF-8", "bytes shown as \ufffd"))
+    more = (f'<div class="more">{hidden} more characters of the diff are in the run\'s '
+            "trajectories.jsonl</div>" if hidden else "")
+    return (f'<details class="diff card"><summary><b>Diff</b> against the base commit: '
+            f"{files} file(s), "
+            f'<span class="ln-add">+{added}</span> <span class="ln-del">-{removed}</span> '
+            f'{"".join(notes)}</summary><pre class="diff-text">{"".join(lines)}</pre>'
+            f"{more}</details>")
+
+
+def _diff_lines(lines: list[str]) -> tuple[list[str], int, int, int]:
+    """Escaped, classed lines of a git diff (hunk bodies by their line counts, so an added
+    line reading "+++ x" is an addition, not a header), and its files, additions, removals."""
+    out: list[str] = []
+    files = added = removed = 0
+    old = new = 0  # lines left in the current hunk
+    for line in lines:
+        cls = ""
+        if old > 0 or new > 0:
+            mark = line[:1]
+            if mark == "+":
+                cls, new, added = "ln-add", new - 1, added + 1
+            elif mark == "-":
+                cls, old, removed = "ln-del", old - 1, removed + 1
+            elif mark == "\\":
+                cls = "ln-meta"
+            else:
+                old, new = old - 1, new - 1
+        elif match := HUNK.match(line):
+            cls = "ln-hunk"
+            old = int(match.group(1) or 1)
+            new = int(match.group(2) or 1)
+        else:
+            cls = "ln-meta"
+            files += line.startswith("diff --git ")
+        text = esc(line)
+        out.append(f'<span class="{cls}">{text}</span>\n' if cls else f"{text}\n")
+    return out, files, added, removed

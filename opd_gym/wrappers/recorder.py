@@ -102,6 +102,8 @@ class TrajectoryRecorder(gym.Wrapper):
             "turns": list(episode["turns"]),
             "duration": time.time() - episode["started"],
         }
+        if info.get("diff") is not None:  # repository tasks: the agent's change
+            record["diff"] = info["diff"]
         if episode["opd"] or episode["opd_metrics"] is not None:
             record["opd"] = [_opd_dict(item) for item in episode["opd"]]
             record["opd_metrics"] = episode["opd_metrics"]

@@ -56,6 +56,14 @@ def test_row_round_trips_exactly(v1_run):
         assert EpisodeRow.from_dict(again) == EpisodeRow.from_dict(data)
 
 
+def test_a_repository_diff_round_trips_and_old_rows_have_none(v1_run):
+    assert all(row.diff is None and "diff" not in row.to_dict() for row in v1_run.rows())
+    diff = {"text": "", "reason": None, "truncated": False, "lossy": False}
+    row = EpisodeRow.from_dict({"task_id": "repo", "diff": diff})
+    assert row.diff == diff and row.to_dict()["diff"] == diff and "diff" not in row.extra
+    assert EpisodeRow.from_dict({"task_id": "repo", "diff": "oops"}).diff is None
+
+
 def test_unknown_keys_survive_and_wrong_types_read_as_absent():
     row = EpisodeRow.from_dict(
         {"task_id": "t", "turns": "oops", "grade": [1], "rewards": None, "worker": "w1"}

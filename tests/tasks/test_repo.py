@@ -13,7 +13,16 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from repo_project import CORE_FIXED, F2P, LEAK_MARKERS, P2P, build_project
+from repo_project import (
+    CALC_BUGGY,
+    CORE_FIXED,
+    F2P,
+    INSTALL_TOOLZ,
+    LEAK_MARKERS,
+    P2P,
+    build_project,
+    toolz_task,
+)
 
 from opd_gym.episode import task_prompt
 from opd_gym.errors import ConfigError
@@ -115,10 +124,6 @@ def test_a_shallow_source_gives_a_consistent_shallow_history(project, swe_task, 
 def test_refusals_name_what_is_missing(project, swe_task):
     from dataclasses import replace
 
-    with pytest.raises(ConfigError, match="own environment.*image 'swesmith/x:1'"):
-        workspace_files(replace(swe_task, repo=replace(swe_task.repo, image="swesmith/x:1")))
-    with pytest.raises(ConfigError, match="setup step"):
-        workspace_files(replace(swe_task, repo=replace(swe_task.repo, setup=("pip install x",))))
     with pytest.raises(ConfigError, match="not in its history"):
         workspace_files(replace(swe_task, repo=replace(swe_task.repo, base_commit="0" * 40)))
     with pytest.raises(ConfigError, match="does not exist|cannot be read"):
@@ -255,3 +260,44 @@ def test_gold_base_and_regression_through_the_env(docker_pool, project, swe_task
     clamp = module_id("tests/test_core.py::test_clamp")
     assert outcomes(regressed["grade"])[clamp] == "failed", regressed["grade"]
     assert clamp in map(module_id, regressed["grade"]["gates_failed"]), regressed["grade"]
+
+
+
+@pytest.mark.docker
+def test_a_task_with_setup_steps_plays_in_its_own_image(docker_pool):
+    """The env builds the task's image once (setup steps on the sandbox image, offline), plays
+    and grades in it from a warm pool of that image: gold 1.0, base 0; the same task without
+    its setup step cannot import its dependency, so the image is what makes it work."""
+    import time
+
+    task = toolz_task((INSTALL_TOOLZ,))
+    fixed = CALC_BUGGY.replace("min(counts", "max(counts")
+    env = gym.make("opd_gym/Coding-v0", tasks=[task], sandbox=docker_pool, max_turns=3)
+    try:
+        env.reset(seed=0)  # builds (or finds) the image
+        _, _, _, _, info = env.step(terminal("python3 -c 'import toolz' && echo has-toolz"))
+        assert "has-toolz" in info["messages"][-1]["content"], info["messages"][-1]
+        env.step(format_tool_call("write_file", {"path": "calc.py", "content": fixed}))
+        _, _, _, _, gold = env.step(SUBMIT)
+        assert gold["reward_breakdown"]["correctness"] == 1.0, gold["grade"]
+        started = time.perf_counter()
+        env.reset(seed=1)  # the image exists, its pool is warm: a reset is fast
+        warm = time.perf_counter() - started
+        _, _, _, _, base = env.step(SUBMIT)
+        assert base["reward_breakdown"]["correctness"] == 0.0, base["grade"]
+        assert outcomes(base["grade"])["tests.test_calc::test_most_common"] == "failed"
+        assert warm < 5.0, warm  # generous: a rebuild takes far longer than a warm reset
+    finally:
+        env.close()
+    bare = play(docker_pool, toolz_task(()), [SUBMIT])  # no setup: the sandbox image
+    assert bare["reward_breakdown"]["correctness"] == 0.0
+    assert "No module named 'toolz'" in bare["grade"]["tests"][0]["message"], bare["grade"]
+
+
+def test_setup_steps_on_a_backend_without_images_are_refused():
+    env = gym.make("opd_gym/Coding-v0", tasks=[toolz_task((INSTALL_TOOLZ,))], sandbox="local")
+    try:
+        with pytest.raises(ConfigError, match="only the docker sandbox backend"):
+            env.reset(seed=0)
+    finally:
+        env.close()

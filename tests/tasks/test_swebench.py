@@ -108,6 +108,22 @@ def test_environment_images_are_kept_or_dropped_on_request(project):
     assert kept.repo.image is None
 
 
+def test_setup_steps_are_read_and_bad_ones_refused(project):
+    from opd_gym.sandboxes.env_image import EnvironmentSpec
+    from opd_gym.tasks.repo import environment
+
+    one = swebench_task(dict(project.row, setup="echo one"), {REPO: project.path})
+    assert one.repo.setup == ("echo one",)
+    both = swebench_task(dict(project.row, setup=["a", "b"], image_name="base:1"),
+                         {REPO: project.path})
+    spec = environment(both)
+    assert isinstance(spec, EnvironmentSpec) and spec.setup == ("a", "b")
+    assert spec.base == "base:1"  # the steps run on the row's own image
+    assert environment(swebench_task(project.row, {REPO: project.path})) is None
+    with pytest.raises(DatasetError, match="field 'setup'"):
+        swebench_task(dict(project.row, setup=["ok", 3]), {REPO: project.path})
+
+
 def test_the_generic_loader_points_to_the_swebench_loader(project, tmp_path):
     path = write_jsonl(tmp_path / "swe.jsonl", [project.row])
     with pytest.raises(DatasetError, match="SWE-bench-style instance.*load_swebench"):

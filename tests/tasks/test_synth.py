@@ -320,3 +320,28 @@ def test_synth_command_writes_a_replayable_manifest(tmp_path, project_dir, capsy
     assert synth_command(str(project_dir), str(out), 2, 0, workers=1) == 0
     assert Progress(out.with_name(out.name + ".progress.jsonl")).rows == rows
     assert json.loads(out.read_text())["tasks"] == data["tasks"]
+
+
+@pytest.mark.docker
+def test_a_bug_that_removes_a_test_id_is_judged_not_crashed(tmp_path, pool):
+    """A mutant can change which tests exist (a parametrize list built by the code): an id
+    that passed on the original is then missing from the mutant's run. Validation counts it
+    as failing (its FAIL_TO_PASS) instead of raising KeyError, as it once did on
+    more-itertools."""
+    root = tmp_path / "sizes"
+    (root / "sizes").mkdir(parents=True)
+    (root / "sizes" / "__init__.py").write_text("def sizes():\n    return [1, 2]\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_sizes.py").write_text(
+        "import pytest\n\nfrom sizes import sizes\n\n\n"
+        "@pytest.mark.parametrize('n', sizes())\ndef test_positive(n):\n    assert n > 0\n\n\n"
+        "def test_two():\n    assert len(sizes()) == 2\n")
+    project = project_from_dir(root)
+    base = baseline(project, pool)
+    assert "tests/test_sizes.py::test_positive[2]" in base.passing
+    changed = [m for m in find_mutations(project)
+               if m.function == "sizes" and m.original.strip() == "2"]
+    assert changed, [(m.kind, m.original, m.replacement) for m in find_mutations(project)]
+    verdict = validate_mutation(project, base, changed[0], pool)
+    assert verdict.reason in ("kept", "no FAIL_TO_PASS test has a canary"), verdict
+    assert verdict.failures >= 1

@@ -8,7 +8,7 @@ import shutil
 import struct
 import subprocess
 import zlib
-from html import escape
+from html import escape, unescape
 from pathlib import Path
 
 import pytest
@@ -186,3 +186,101 @@ def test_report_loads_in_headless_chromium(run_dir, tiny_tokenizer, tmp_path):
     assert len(re.findall(r'<details class="ep" id="ep-\d+"', dom)) == 4
     assert len(SPAN.findall(dom)) == tokens and dom.count('<div class="hint">') >= 3
     assert escape(XSS) in dom and dom.count("<script") == 2
+
+
+# -- repository tasks: the agent's diff ------------------------------------------------------
+DIFF = (
+    "diff --git a/core.py b/core.py\n"
+    "index 1111111..2222222 100644\n"
+    "--- a/core.py\n"
+    "+++ b/core.py\n"
+    "@@ -1,3 +1,3 @@\n"
+    " def f():\n"
+    "-    return '<old>'\n"
+    "+    return \"<script>alert(3)</script>\"\n"
+    " # end\n"
+    "diff --git a/new.md b/new.md\n"
+    "new file mode 100644\n"
+    "index 0000000..3333333\n"
+    "--- /dev/null\n"
+    "+++ b/new.md\n"
+    "@@ -0,0 +1,2 @@\n"
+    "+++ not a header & <b>\n"
+    "+last\n"
+    "\\ No newline at end of file\n"
+)
+
+
+def diff_run(path: Path) -> Path:
+    """A run of repository-task rows: a diff, no change, unknown, truncated, and a row of
+    another task (no diff key)."""
+    def row(task: str, diff: dict | None) -> str:
+        data = {"task_id": task, "finished": True, "grade": {"passed": 0, "total": 1}}
+        if diff is not None:
+            data["diff"] = diff
+        return json.dumps(data)
+
+    rows = [
+        row("changed", {"text": DIFF, "reason": None, "truncated": False, "lossy": False}),
+        row("same", {"text": "", "reason": None, "truncated": False, "lossy": False}),
+        row("unknown", {"text": None, "reason": "the base commit cannot be read: <gone>",
+                        "truncated": False, "lossy": False}),
+        row("cut", {"text": "diff --git a/x b/x\n", "reason": None, "truncated": True,
+                    "lossy": True}),
+        row("other", None),
+    ]
+    path.mkdir()
+    (path / "trajectories.jsonl").write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_repository_diffs_are_escaped_coloured_folded_and_honest(tmp_path):
+    run = diff_run(tmp_path / "run")
+    assert load_run(run).episodes[4].row.diff is None
+    page = write_report(run).read_text(encoding="utf-8")
+    episodes = page.split('<details class="ep"')[1:]
+    assert len(episodes) == 5
+    changed, same, unknown, cut, other = episodes
+
+    assert '<details class="diff card"><summary>' in changed  # folded until opened
+    assert "2 file(s)" in changed and "+3</span>" in changed and "-1</span>" in changed
+    assert ('<span class="ln-add">+    return &quot;&lt;script&gt;alert(3)&lt;/script&gt;'
+            "&quot;</span>") in changed
+    assert "<span class=\"ln-del\">-    return &#x27;&lt;old&gt;&#x27;</span>" in changed
+    assert '<span class="ln-add">+++ not a header &amp; &lt;b&gt;</span>' in changed
+    assert '<span class="ln-meta">+++ b/core.py</span>' in changed
+    assert '<span class="ln-hunk">@@ -1,3 +1,3 @@</span>' in changed
+    assert "\n def f():\n" in changed  # context lines are plain text
+    assert "<script>alert(3)" not in page and page.count("<script") == 2
+
+    assert "<b>No change</b>" in same and "Diff unknown" not in same
+    assert "<b>Diff unknown</b>" in unknown and "No change" not in unknown
+    assert "the base commit cannot be read: &lt;gone&gt;" in unknown
+    assert "truncated" in cut and "not UTF-8" in cut and "No change" not in cut
+    assert 'class="diff' not in other
+
+
+def test_diffs_in_headless_chromium(tmp_path):
+    run = diff_run(tmp_path / "run")
+    report = write_report(run, tmp_path / "report.html")
+    probe = """<script>
+    var d = document.querySelector("details.diff"), pre = d.querySelector("pre");
+    var add = getComputedStyle(pre.querySelector(".ln-add")).backgroundColor;
+    var del = getComputedStyle(pre.querySelector(".ln-del")).backgroundColor;
+    var folded = d.open ? "open" : "folded";
+    document.body.setAttribute("data-probe", JSON.stringify([folded, add, del,
+                               pre.textContent]));
+    </script></body>"""
+    probed = tmp_path / "probed.html"
+    probed.write_text(report.read_text(encoding="utf-8").replace("</body>", probe),
+                      encoding="utf-8")
+    done = chromium("--enable-logging=stderr", "--v=0", "--dump-dom", probed.as_uri(),
+                    tmp_path=tmp_path, name="diff")
+    dom = done.stdout
+    assert 'data-viewer="ready"' in dom, done.stderr[-2000:]
+    found = re.search(r'data-probe="([^"]*)"', dom)
+    assert found, done.stderr[-2000:]
+    folded, add, remove, text = json.loads(unescape(found.group(1)))
+    assert folded == "folded"
+    assert add == "rgb(220, 252, 231)" and remove == "rgb(254, 226, 226)"  # green, red
+    assert text == DIFF  # the page shows the diff exactly, markup as text

@@ -1,0 +1,140 @@
+"""Environment images on a real Docker engine: built offline from setup steps, named by their
+content, built once, refused with the failing step's words, kept under a disk budget."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from opd_gym.errors import ConfigError
+from opd_gym.sandboxes.env_image import (
+    BASE_LABEL,
+    IMAGE_LABEL,
+    SETUP_CACHE_MOUNT,
+    EnvironmentSpec,
+    ImageCache,
+    parse_size,
+)
+from opd_gym.sandboxes.image import DEFAULT_IMAGE
+
+INSTALL_TOOLZ = (f"tar -xzf {SETUP_CACHE_MOUNT}/toolz-1.2.0.tar.gz -C /tmp && "
+                 "cp -r /tmp/toolz-1.2.0/toolz /usr/local/lib/python3.11/dist-packages/")
+
+
+def test_sizes_parse_once_with_clear_refusals():
+    assert parse_size("20g") == 20 << 30
+    assert parse_size("512MiB") == 512 << 20
+    assert parse_size("1.5k") == 1536
+    assert parse_size(7) == 7
+    for bad in ("", "lots", "-1g", "3q"):
+        with pytest.raises(ConfigError, match="not a size"):
+            parse_size(bad)
+    with pytest.raises(ConfigError, match="negative"):
+        parse_size(-1)
+
+
+def test_the_name_covers_base_steps_and_cache(tmp_path):
+    (tmp_path / "a.tar.gz").write_bytes(b"x")
+    spec = EnvironmentSpec(setup=("true",), cache_dir=tmp_path)
+    assert spec.tag("sha256:1") == spec.tag("sha256:1")
+    assert spec.tag("sha256:1") != spec.tag("sha256:2")
+    assert spec.tag("sha256:1") != EnvironmentSpec(setup=("true ",), cache_dir=tmp_path
+                                                   ).tag("sha256:1")
+    before = spec.tag("sha256:1")
+    (tmp_path / "b.tar.gz").write_bytes(b"y")
+    assert spec.tag("sha256:1") != before
+    with pytest.raises(ConfigError, match="at least one setup step"):
+        EnvironmentSpec(setup=())
+
+
+@pytest.fixture
+def engine():
+    from opd_gym.sandboxes.docker import DockerEngine
+
+    return DockerEngine()
+
+
+@pytest.fixture
+def cache(engine, tmp_path):
+    """An ImageCache with its own index; every image it made is removed afterwards."""
+    images = ImageCache(engine, directory=tmp_path / "state")
+    yield images
+    for image in images.images():
+        if image["tag"] in images._index():
+            try:
+                engine.client.images.remove(image["tag"], force=True)
+            except Exception:
+                pass
+
+
+def run_in(engine, image: str, command: str) -> str:
+    out = engine.client.containers.run(image, ["sh", "-c", command], remove=True,
+                                       network_mode="none")
+    return out.decode().strip()
+
+
+@pytest.mark.docker
+def test_setup_steps_install_offline_from_the_setup_cache_once(cache, engine):
+    from opd_gym.tasks.libraries import sdist_cache
+
+    marker = uuid.uuid4().hex[:8]  # a step of our own: this test's image is built here
+    spec = EnvironmentSpec(setup=(INSTALL_TOOLZ, f"echo {marker} > /etc/opd-marker"),
+                           cache_dir=sdist_cache())
+    first = cache.ensure(spec)
+    assert first.built and first.tag.startswith("opd-gym-env:") and first.size > 0
+    again = cache.ensure(spec)
+    assert not again.built and again.tag == first.tag
+    assert again.seconds < first.seconds
+    assert run_in(engine, first.tag,
+                  "python3 -c 'import toolz; print(toolz.frequencies(\"abca\")[\"a\"])'") == "2"
+    assert run_in(engine, first.tag, "cat /etc/opd-marker") == marker
+    attrs = engine.client.images.get(first.tag).attrs
+    base = engine.client.images.get(DEFAULT_IMAGE).attrs["Config"]
+    # the base's config is kept (the agent's user, workdir), the build's own labels are not
+    assert attrs["Config"]["User"] == base["User"]
+    assert attrs["Config"]["WorkingDir"] == base["WorkingDir"]
+    assert attrs["Config"]["Labels"] == {IMAGE_LABEL: "1", BASE_LABEL: DEFAULT_IMAGE}
+    # the cache was mounted for the build only: the image holds none of its files
+    assert run_in(engine, first.tag, f"ls -A {SETUP_CACHE_MOUNT} 2>/dev/null | wc -l") == "0"
+    assert not engine.client.containers.list(all=True, filters={"ancestor": first.tag})
+
+
+@pytest.mark.docker
+def test_a_failing_step_names_itself_and_leaves_nothing(cache, engine):
+    spec = EnvironmentSpec(setup=("echo fine", f"echo boom-{uuid.uuid4().hex[:6]} >&2; exit 3"))
+    before = {c.id for c in engine.client.containers.list(all=True)}
+    with pytest.raises(ConfigError, match=r"setup step 2 of 2 failed \(exit 3\)") as caught:
+        cache.ensure(spec)
+    assert "boom-" in str(caught.value)
+    assert not cache.images() or all(i["tag"] not in str(caught.value) for i in cache.images())
+    assert {c.id for c in engine.client.containers.list(all=True)} <= before
+    base_id = engine.client.images.get(DEFAULT_IMAGE).id
+    from docker.errors import ImageNotFound
+
+    with pytest.raises(ImageNotFound):
+        engine.client.images.get(spec.tag(base_id))
+
+
+@pytest.mark.docker
+def test_the_budget_removes_least_recently_used_images_but_not_one_in_use(cache, engine):
+    run = uuid.uuid4().hex[:8]
+    specs = [EnvironmentSpec(setup=(f"head -c 3000000 /dev/urandom > /blob-{run}-{i}",))
+             for i in range(3)]
+    tags = [cache.ensure(s).tag for s in specs]
+    mine = lambda: {i["tag"] for i in cache.images()} & set(tags)  # noqa: E731
+    assert mine() == set(tags)
+    cache.ensure(specs[0])  # used again: now the most recent
+    in_use = engine.client.containers.run(tags[1], ["sleep", "60"], detach=True,
+                                          network_mode="none")
+    try:
+        cache.budget = 0
+        removed = cache.collect(keep=())
+        assert tags[2] in removed and tags[1] not in removed  # tags[1] runs in a container
+        assert mine() == {tags[0], tags[1]} - set(removed)
+        # least recently used first: tags[2] (built last but never reused) went before tags[0]
+        assert removed.index(tags[2]) < (removed.index(tags[0]) if tags[0] in removed else 99)
+    finally:
+        in_use.remove(force=True)
+    cache.budget = parse_size("1t")
+    assert cache.collect() == []  # within budget: nothing goes
