@@ -5,9 +5,13 @@ reasons the others were dropped, FAIL_TO_PASS / PASS_TO_PASS per task, and valid
 time per tried mutation (1 full suite run + 2 runs of the scored tests, in the sandbox image).
 With `--grade N`: for N tasks per library, `Grader.grade` of the gold fix against plain
 `python3 -m pytest` on the same test ids in a sandbox of the same image (files placed first),
-both timed as the whole call.
+both timed as the whole call. With `--env N`: per library, an environment image built from
+scratch (one setup step unpacking the library's sdist from the setup cache into the image,
+the shape of a dependency install), its build time and the disk it adds; then, through
+`CodingEnv` on N tasks, the first reset of a task in that image (its pool and workspace cold)
+and the median of later resets (warm pool, cached workspace).
 
-    python benchmarks/synthesis.py [--grade 2]
+    python benchmarks/synthesis.py [--grade 2] [--env 3]
 """
 
 from __future__ import annotations
@@ -83,13 +87,62 @@ def grading_table(per_library: int) -> None:
         pool.close()
 
 
+def env_table(per_library: int) -> None:
+    from dataclasses import replace
+
+    from opd_gym import CodingEnv
+    from opd_gym.sandboxes import make_pool
+    from opd_gym.sandboxes.docker import DockerEngine
+    from opd_gym.sandboxes.env_image import EnvironmentSpec, ImageCache
+    from opd_gym.tasks.libraries import library, sdist_path
+
+    engine = DockerEngine()
+    cache = ImageCache(engine)
+    by_lib: dict[str, list] = defaultdict(list)
+    for task in sample(load_repo_suite(), per_library):
+        by_lib[task.repo.name].append(task)
+    print(f"{'library':<15} {'build s':>8} {'adds MiB':>9} {'first reset s':>14} "
+          f"{'warm reset ms':>14} {'resets':>7}")
+    for name, tasks in sorted(by_lib.items()):
+        lib = library(name)
+        sdist = sdist_path(lib).name
+        marker = f"/opt/src-{name}-{time.time_ns()}"  # a fresh image: the build is timed
+        spec = EnvironmentSpec(setup=(f"mkdir -p {marker} && tar -xzf /opd-cache/{sdist} "
+                                      f"-C {marker}",), cache_dir=sdist_cache())
+        report = cache.ensure(spec)
+        assert report.built
+        own = [replace(t, repo=replace(t.repo, setup=spec.setup)) for t in tasks]
+        pool = make_pool("docker", size=2)
+        env = CodingEnv(tasks=own, sandbox=pool)
+        try:
+            started = time.perf_counter()
+            env.reset(seed=0, options={"task": own[0]})
+            first = time.perf_counter() - started
+            warm = []
+            for i in range(1, 3 * len(own)):
+                time.sleep(1.5)  # the pool refills while an episode plays
+                started = time.perf_counter()
+                env.reset(seed=i, options={"task": own[i % len(own)]})
+                warm.append(time.perf_counter() - started)
+        finally:
+            env.close()
+            pool.close()
+            engine.client.images.remove(report.tag, force=True)
+        print(f"{name:<15} {report.seconds:>8.2f} {report.size / 2**20:>9.1f} {first:>14.2f} "
+              f"{statistics.median(warm) * 1000:>14.0f} {len(warm):>7}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--grade", type=int, default=0, help="tasks per library to grade")
+    parser.add_argument("--env", type=int, default=0,
+                        help="tasks per library to reset in an environment image of their own")
     args = parser.parse_args()
     yield_table()
     if args.grade:
         grading_table(args.grade)
+    if args.env:
+        env_table(args.env)
     return 0
 
 

@@ -870,7 +870,7 @@ def _snapshot_plan(max_bytes, max_files, max_file, skips):
         os.close(fd)
         plan.append((rel, parts, size))
         used += size
-    plan.sort(key=lambda c: c[1])
+    plan.sort(key=lambda c: c[0])  # by path text: the order the host checks pages in
     return plan
 
 

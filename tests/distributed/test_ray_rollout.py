@@ -215,3 +215,38 @@ def test_tokenizer_mismatch_stops_the_ray_run_before_any_episode(ray_cluster, tm
                         progress=False, options=RayOptions(workers=1, episodes_per_worker=1))
     rows = tmp_path / "ray" / "trajectories.jsonl"
     assert not rows.exists() or not rows.read_text().strip()
+
+
+@pytest.mark.docker
+def test_repository_tasks_flow_through_ray_opd_exports_and_report(ray_cluster, tmp_path):
+    """Tasks of the `repo` suite (real library code, git workspace) on Ray workers with OPD:
+    the demo policy's fix earns 1.0 in Docker, the rows carry teacher records (the first turn
+    scored; later turns, whose context outgrows the tiny teacher's 4096 positions, refused
+    with a reason, never filled) and the agent's diff, an export reads them, and the report
+    shows the diff."""
+    from opd_gym import cli
+    from opd_gym.tasks.repo_suite import load_repo_suite, sample
+
+    picked = sample(load_repo_suite(), 1)[:2]  # two libraries
+    out = tmp_path / "run"
+    argv = ["rollout", "--ray", ray_cluster.address, "--workers", "2",
+            "--episodes-per-worker", "1", "--episodes", "2", "--tasks", "repo",
+            "--task-ids", ",".join(t.id for t in picked), "--policy", "demo",
+            "--sandbox", "docker", "--teacher", "tiny", "--topk", "2", "--out", str(out),
+            "--quiet"]
+    assert cli.main(argv) == 0
+    rows = sorted(RunDirectory(out).rows(), key=lambda r: r.episode)
+    assert [r.task_id for r in rows] == [t.id for t in picked]
+    for row, task in zip(rows, picked, strict=True):
+        assert row.passed and row.grade["score"] == 1.0, row.grade
+        assert row.diff is not None and row.diff["text"], row.diff
+        changed = next(iter(task.solution))
+        assert f"a/{changed}" in row.diff["text"]
+        records = row.opd_dicts
+        assert records and not records[0].get("skip_reason") and records[0]["token_ids"]
+        assert all(r.get("skip_reason") or r["teacher_token_logprobs"] for r in records)
+    assert cli.main(["export", str(out), "--to", "trl", "--out", str(tmp_path / "t.jsonl")]) == 0
+    assert (tmp_path / "t.jsonl").read_text().count("\n") >= len(rows)
+    report = (out / "report.html").read_text()
+    first = rows[0].diff["text"].splitlines()[0]
+    assert __import__("html").escape(first) in report

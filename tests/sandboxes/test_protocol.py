@@ -98,6 +98,20 @@ def test_file_roundtrip_and_listing(sandbox):
     assert set(sandbox.snapshot()) >= {"pkg/mod.py", "run.sh"}
 
 
+def test_snapshot_of_names_whose_path_order_differs_from_their_parts_order(sandbox):
+    """A folder `pkg` beside `pkg.egg-info` (any sibling starting `pkg` plus a character below
+    '/'): sorted by path text, `pkg.egg-info/...` comes first; sorted by components, `pkg/...`
+    does. The helper and the host must agree on one order (every sdist-made project has such
+    a pair; the helper once sent components order and the host refused the snapshot)."""
+    files = {"pkg/__init__.py": "a\n", "pkg.egg-info/PKG-INFO": "b\n", "pkg-1/x": "c\n",
+             "pkg.txt": "d\n", "pkg/sub/z.py": "e\n", "pkg!/y": "f\n"}
+    sandbox.write_files({p: t.encode() for p, t in files.items()})
+    snap = sandbox.snapshot()
+    assert {p: snap[p].decode() for p in files} == files
+    paged = sandbox.snapshot(max_files=3)  # the smallest first, then still in one order
+    assert len(paged) == 3 and set(paged) <= set(files)
+
+
 @pytest.mark.parametrize("path", ["/etc/passwd", "../../etc/passwd", "a/../../outside.txt"])
 def test_paths_outside_workspace_are_refused(sandbox, path):
     with pytest.raises(PathRefused, match="outside the workspace"):
