@@ -33,7 +33,7 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -73,6 +73,11 @@ ERRORS: dict[str, type[SandboxError]] = {
     "internal": SandboxError,
 }
 SMALL_REPLY = 64 << 10  # cap on replies that carry no data (ping, write, errors)
+# write_files sends this many write requests back to back before reading their replies: the
+# replies (a few dozen bytes, an error at most a few kB) wait in the helper's output pipe
+# meanwhile, so a batch stays far below what the pipe holds.
+WRITE_BATCH_FILES = 32
+WRITE_BATCH_BYTES = 8 << 20
 MAX_ERROR_CHARS = 2000
 MAX_LS_ENTRIES = 2000  # the helper lists at most this many entries
 MAX_SKIPPED = 100  # the helper returns at most this many skipped-path notes
@@ -570,6 +575,17 @@ class HelperSandbox(ABC):
     def _call(self, request: dict[str, Any], timeout: float,
               limit: int = SMALL_REPLY) -> dict[str, Any]:
         """Send one request; the checked reply object (ok=True), or the error it stands for."""
+        reply = self._call_many([request], timeout, limit)[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _call_many(self, requests: Sequence[dict[str, Any]], timeout: float,
+                   limit: int = SMALL_REPLY) -> list[dict[str, Any] | SandboxError]:
+        """Send `requests` back to back, then read their replies in order (one round trip for
+        all). Each entry is the reply object (ok=True) or the error its reply stands for; a
+        broken channel raises. Callers keep the requests' replies small: they queue up in
+        the helper's output pipe until every request is sent."""
         if self._broken:
             raise SandboxDied(f"the sandbox is unusable: {self._broken}")
         if self._transport is None:
@@ -578,17 +594,20 @@ class HelperSandbox(ABC):
             self.start()
         transport = self._transport
         assert transport is not None
-        op = request.get("op")
+        out: list[dict[str, Any] | SandboxError] = []
         with self._lock:
-            self._next_id += 1
-            rid = self._next_id
+            sent: list[tuple[Any, int]] = []
             try:
-                transport.send(json.dumps({**request, "id": rid}).encode() + b"\n")
-                line = transport.recv_line(timeout, limit)
+                for request in requests:
+                    self._next_id += 1
+                    sent.append((request.get("op"), self._next_id))
+                    transport.send(json.dumps({**request, "id": self._next_id}).encode() + b"\n")
+                for op, rid in sent:
+                    out.append(self._receive(transport, op, rid, timeout, limit))
             except SandboxProtocolError as exc:
                 raise self._fail(transport, str(exc)) from None
             except SandboxTimeout:
-                self._broken = f"no answer to a {op} request in time"
+                self._broken = f"no answer to a {sent[-1][0] if sent else '?'} request in time"
                 raise
             except (SandboxDied, OSError, ValueError) as exc:
                 if self._closed:
@@ -598,21 +617,28 @@ class HelperSandbox(ABC):
                 raise SandboxDied(
                     f"{exc}: the sandbox died mid-episode. {reason}".strip()
                 ) from None
-            try:
-                reply = json.loads(line)
-            except (ValueError, RecursionError):
-                raise self._fail(transport, f"the sandbox helper's reply to {op} is not JSON"
-                                 ) from None
-            if not isinstance(reply, dict) or reply.get("id") != rid:
-                raise self._fail(transport, f"the sandbox helper's reply to {op} is out of step")
-            ok = reply.get("ok")
-            if ok is False:
-                kind, error = reply.get("kind"), reply.get("error")
-                if not isinstance(kind, str) or not isinstance(error, str):
-                    raise self._fail(transport, f"the sandbox helper's error for {op} is malformed")
-                raise ERRORS.get(kind, SandboxError)(error[:MAX_ERROR_CHARS])
-            if ok is not True:
-                raise self._fail(transport, f"the sandbox helper's reply to {op} has no status")
+        return out
+
+    def _receive(self, transport: Any, op: Any, rid: int, timeout: float,
+                 limit: int) -> dict[str, Any] | SandboxError:
+        """The reply to request `rid`: the object, or the error it reports (returned, so the
+        caller reads every pending reply before raising and the channel stays in step)."""
+        line = transport.recv_line(timeout, limit)
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            raise SandboxProtocolError(f"the sandbox helper's reply to {op} is not JSON"
+                                       ) from None
+        if not isinstance(reply, dict) or reply.get("id") != rid:
+            raise SandboxProtocolError(f"the sandbox helper's reply to {op} is out of step")
+        ok = reply.get("ok")
+        if ok is False:
+            kind, error = reply.get("kind"), reply.get("error")
+            if not isinstance(kind, str) or not isinstance(error, str):
+                raise SandboxProtocolError(f"the sandbox helper's error for {op} is malformed")
+            return ERRORS.get(kind, SandboxError)(error[:MAX_ERROR_CHARS])
+        if ok is not True:
+            raise SandboxProtocolError(f"the sandbox helper's reply to {op} has no status")
         return reply
 
     def _checked(self, op: str, reply: dict[str, Any], check: Any, *args: Any) -> Any:
@@ -709,7 +735,33 @@ class HelperSandbox(ABC):
         plain = _plain_files(files)
         cap = max(self.file_cap, self.workspace_bytes)
         for path, data in plain.items():
-            self._write(path, data, cap)
+            if len(data) > cap:
+                raise FileTooLarge(f"{path}: {len(data)} bytes, over the {cap}-byte limit")
+        batch: list[tuple[str, bytes]] = []
+        for path, data in plain.items():
+            batch.append((path, data))
+            if (len(batch) == WRITE_BATCH_FILES
+                    or sum(len(d) for _, d in batch) >= WRITE_BATCH_BYTES):
+                self._write_batch(batch, cap)
+                batch = []
+        if batch:
+            self._write_batch(batch, cap)
+
+    def _write_batch(self, batch: Sequence[tuple[str, bytes]], cap: int) -> None:
+        """Write files with one round trip (requests sent back to back); the first error
+        is raised once every reply is read."""
+        requests = [{"op": "write", "path": path, "data": base64.b64encode(data).decode(),
+                     "max_bytes": cap, "mode": None} for path, data in batch]
+        size = sum(len(data) for _, data in batch)
+        replies = self._call_many(requests, timeout=60.0 + size / (8 << 20))
+        for (_, data), reply in zip(batch, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+
+            def check(reply: dict[str, Any], expected: int = len(data)) -> None:
+                _need(_count(reply, "size") == expected, "wrote a different size")
+
+            self._checked("write", reply, check)
 
     def snapshot(self, max_bytes: int | None = None,
                  max_files: int = DEFAULT_SNAPSHOT_FILES,

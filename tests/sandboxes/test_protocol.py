@@ -112,6 +112,21 @@ def test_snapshot_of_names_whose_path_order_differs_from_their_parts_order(sandb
     assert len(paged) == 3 and set(paged) <= set(files)
 
 
+def test_a_failing_file_in_a_batch_raises_and_the_channel_stays_in_step(sandbox):
+    """write_files sends many writes before reading replies: one that fails (its parent is a
+    file) raises its own error, and every later request still gets its own reply."""
+    sandbox.write_file("blocker", "x")
+    files = {f"ok{i}.txt": f"{i}\n".encode() for i in range(40)}
+    files["blocker/inside.txt"] = b"no"
+    files.update({f"late{i}.txt": b"late\n" for i in range(5)})
+    with pytest.raises(SandboxError):
+        sandbox.write_files(files)
+    assert sandbox.run("echo still in step").output == "still in step\n"
+    assert sandbox.read_file("ok39.txt") == b"39\n"
+    sandbox.write_files({"after.txt": b"fine"})
+    assert sandbox.read_file("after.txt") == b"fine"
+
+
 @pytest.mark.parametrize("path", ["/etc/passwd", "../../etc/passwd", "a/../../outside.txt"])
 def test_paths_outside_workspace_are_refused(sandbox, path):
     with pytest.raises(PathRefused, match="outside the workspace"):
