@@ -28,7 +28,7 @@ class RepoInfo:
     fail_to_pass: tuple[str, ...]  # node ids failing at the base commit, passing once fixed
     pass_to_pass: tuple[str, ...] = ()  # node ids passing at both: a regression gates the grade
     base_commit: str = ""  # the base commit in `history` ("" with no history: synthesized)
-    history: str | None = None  # a git bundle or repository path holding `base_commit`;
+    history: str | None = None  # a git bundle, repository, or tarball of one: base_commit;
     # None: the workspace gets one commit of the base tree (a synthesized bug shows no change)
     image: str | None = None  # an existing environment image; None: the sandbox image
     setup: tuple[str, ...] = ()  # shell steps that build the environment image offline

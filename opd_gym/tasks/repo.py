@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
 import tomllib
@@ -189,6 +190,8 @@ def _fetch_base(work: Path, staging: Path, info: RepoInfo, task_id: str) -> dict
     commit = info.base_commit
     if not commit:
         raise DatasetError(f"task {task_id!r}: a history needs its base_commit")
+    if source.is_file() and not _is_bundle(source) and tarfile.is_tarfile(source):
+        source = _unpacked_repository(source, staging.parent / "unpacked", task_id)
     # A throwaway clone of the source (a bundle or a repository) names the base commit by one
     # ref; the fresh repository fetches that ref alone, so only its ancestry travels.
     git(["clone", "-q", "--bare", str(source.resolve()), str(staging)])
@@ -207,6 +210,29 @@ def _fetch_base(work: Path, staging: Path, info: RepoInfo, task_id: str) -> dict
                        f"{str(source)!r} gave no branch")
     git(["read-tree", BRANCH], work)  # the index; the tree itself goes to the sandbox only
     return archive_tree(work, BRANCH)
+
+
+def _is_bundle(path: Path) -> bool:
+    with path.open("rb") as fh:
+        return fh.read(16).startswith((b"# v2 git bundle", b"# v3 git bundle"))
+
+
+def _unpacked_repository(archive: Path, target: Path, task_id: str) -> Path:
+    """The git repository a tarball holds (a clone with `.git`, or a bare repository, at its
+    top or in its single top folder), unpacked under `target` with tar's `data` filter (no
+    absolute paths, links out or device files)."""
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise ConfigError(f"task {task_id!r}: its history {str(archive)!r} cannot be "
+                          f"unpacked ({exc})") from None
+    entries = [p for p in target.iterdir()]
+    for root in [target, *(entries if len(entries) == 1 and entries[0].is_dir() else [])]:
+        if (root / ".git").exists() or ((root / "HEAD").is_file() and (root / "objects").is_dir()):
+            return root
+    raise ConfigError(f"task {task_id!r}: its history {str(archive)!r} holds no git repository "
+                      "(a clone with .git, or a bare repository, at its top or in one folder)")
 
 
 def _tidy(work: Path) -> None:

@@ -106,6 +106,34 @@ def test_repository_path_and_bundle_give_the_same_history(project, swe_task, tmp
     assert run_git(a, "rev-list", "--all") == run_git(b, "rev-list", "--all")
 
 
+@pytest.mark.parametrize("layout", ["clone in a folder", "bare at the top"])
+def test_a_tarball_of_the_repository_is_a_history(project, swe_task, tmp_path, layout):
+    """A task folder may ship its history as a tarball: the same workspace as the repository
+    itself; a tarball holding no repository is refused by name."""
+    import tarfile
+    from dataclasses import replace
+
+    from repo_project import git
+
+    archive = tmp_path / "history.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        if layout == "clone in a folder":
+            tar.add(project.path, arcname="minicalc")
+        else:
+            bare = tmp_path / "bare.git"
+            git(tmp_path, "clone", "-q", "--bare", f"file://{project.path}", str(bare))
+            for child in bare.iterdir():
+                tar.add(child, arcname=child.name)
+    from_tar = workspace_files(replace(swe_task, repo=replace(swe_task.repo,
+                                                              history=str(archive))))
+    assert from_tar == workspace_files(swe_task)
+    empty = tmp_path / "empty.tar"
+    with tarfile.open(empty, "w") as tar:
+        tar.add(project.path / "minicalc", arcname="minicalc")
+    with pytest.raises(ConfigError, match="holds no git repository"):
+        workspace_files(replace(swe_task, repo=replace(swe_task.repo, history=str(empty))))
+
+
 def test_a_shallow_source_gives_a_consistent_shallow_history(project, swe_task, tmp_path):
     from dataclasses import replace
 
