@@ -14,6 +14,7 @@ from gymnasium.utils.env_checker import check_env
 
 from opd_gym import CodingEnv
 from opd_gym.agents import MalformedAgent, ReferenceAgent, WrongAgent, run_episode
+from opd_gym.grading import Grader
 from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import load_suite
 from opd_gym.tools import format_tool_call
@@ -31,8 +32,8 @@ def shared_pool():
     pool.close()
 
 
-def play(pool, agent_type, task_id):
-    env = CodingEnv(tasks=TASKS, sandbox=pool)
+def play(pool, agent_type, task_id, grader=None):
+    env = CodingEnv(tasks=TASKS, sandbox=pool, grader=grader)
     try:
         result = run_episode(env, agent_type(TASKS), options={"task_id": task_id})
         result["turns"] = env.turns
@@ -42,9 +43,11 @@ def play(pool, agent_type, task_id):
 
 
 def test_every_builtin_task_reference_passes_and_wrong_scores_lower(shared_pool):
+    # one Grader for every env, as a run shares one: each task is calibrated once, not per env
+    grader = Grader(shared_pool)
     jobs = [(agent, task.id) for task in TASKS for agent in (ReferenceAgent, WrongAgent)]
     with ThreadPoolExecutor(THREADS) as workers:
-        results = list(workers.map(lambda job: play(shared_pool, *job), jobs))
+        results = list(workers.map(lambda job: play(shared_pool, *job, grader=grader), jobs))
     failures = []
     for (agent, task_id), result in zip(jobs, results, strict=True):
         info = result["info"]
