@@ -85,7 +85,6 @@ def test_setup_steps_install_offline_from_the_setup_cache_once(cache, engine):
     assert first.built and first.tag.startswith("opd-gym-env:") and first.size > 0
     again = cache.ensure(spec)
     assert not again.built and again.tag == first.tag
-    assert again.seconds < first.seconds
     assert run_in(engine, first.tag,
                   "python3 -c 'import toolz; print(toolz.frequencies(\"abca\")[\"a\"])'") == "2"
     assert run_in(engine, first.tag, "cat /etc/opd-marker") == marker
