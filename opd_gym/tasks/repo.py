@@ -15,7 +15,6 @@ work), and that repository must never lead to the answer. Built on the host with
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import json
 import os
@@ -24,7 +23,6 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-import tomllib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,6 +31,7 @@ from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.sandboxes.env_image import EnvironmentSpec
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.tasks.pytest_config import read_pytest_config
 
 AUTHOR = ("opd-gym", "opd-gym@localhost")
 FIXED_DATE = "2000-01-01T00:00:00+0000"  # synthesized commits: no date tells anything
@@ -310,54 +309,11 @@ def text_files(tree: Mapping[str, bytes]) -> tuple[dict[str, str], list[str]]:
 
 
 def project_pytest_ini(files: Mapping[str, str]) -> str | None:
-    """The project's pytest settings as `[pytest]` ini text, from the first of pytest.ini,
-    pyproject.toml ([tool.pytest.ini_options]), tox.ini ([pytest]) and setup.cfg
-    ([tool:pytest]) that has them, as pytest itself looks; None when none has."""
-    if "pytest.ini" in files:
-        parser = _ini(files["pytest.ini"], "pytest.ini")
-        if parser.has_section("pytest"):
-            return _section_text(parser, "pytest")
-        return "[pytest]\n"  # pytest.ini is the ini even when empty
-    if "pyproject.toml" in files:
-        try:
-            options = tomllib.loads(files["pyproject.toml"]).get("tool", {}).get(
-                "pytest", {}).get("ini_options")
-        except tomllib.TOMLDecodeError as exc:
-            raise DatasetError(f"pyproject.toml is not valid TOML: {exc}") from None
-        if isinstance(options, Mapping):
-            lines = ["[pytest]"]
-            for key, value in options.items():
-                if isinstance(value, list):
-                    value = "\n    ".join(["", *map(str, value)]) if value else ""
-                elif isinstance(value, bool):
-                    value = "true" if value else "false"
-                lines.append(f"{key} = {value}")
-            return "\n".join(lines) + "\n"
-    for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
-        if name in files:
-            parser = _ini(files[name], name)
-            if parser.has_section(section):
-                return _section_text(parser, section)
-    return None
-
-
-def _ini(text: str, name: str) -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read_string(text, source=name)
-    except configparser.Error as exc:
-        raise DatasetError(f"{name} cannot be read: {exc}") from None
-    return parser
-
-
-def _section_text(parser: configparser.ConfigParser, section: str) -> str:
-    lines = ["[pytest]"]
-    for key, value in parser.items(section, raw=True):
-        if key in parser.defaults():
-            continue
-        value = value.replace("\n", "\n    ")
-        lines.append(f"{key} = {value}")
-    return "\n".join(lines) + "\n"
+    """The project's pytest settings as `[pytest]` ini text, from whichever file pytest reads
+    them (pytest.toml, pytest.ini, pyproject's [tool.pytest] or [tool.pytest.ini_options],
+    tox.ini, setup.cfg: `opd_gym.tasks.pytest_config`); None when the project has none."""
+    config = read_pytest_config(files)
+    return config.ini if config.source else None
 
 
 __all__ = [

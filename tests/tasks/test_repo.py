@@ -189,7 +189,7 @@ def test_project_pytest_ini_follows_pytests_order():
         "[pytest]\ntestpaths = t\n"
     toml = '[tool.pytest.ini_options]\nxfail_strict = true\nmarkers = ["slow", "net"]\n'
     assert project_pytest_ini({"pyproject.toml": toml}) == \
-        "[pytest]\nxfail_strict = true\nmarkers = \n    slow\n    net\n"
+        "[pytest]\nxfail_strict = true\nmarkers =\n    slow\n    net\n"
     assert project_pytest_ini({"setup.cfg": "[metadata]\nname = x\n"}) is None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from repo_project import CORE_FIXED, F2P, P2P, PROBLEM, TESTS_BASE, TESTS_FIXED, build_project
@@ -50,7 +51,7 @@ def test_round_trip_from_a_jsonl_file(project, tmp_path, source):
     assert task.repo.base_commit == project.base_commit
     assert task.repo.history == str(history.resolve())
     assert task.repo.image is None and not task.repo.synthesized
-    assert task.pytest_ini == "[pytest]\ntestpaths = \n    tests\naddopts = -q\n"
+    assert task.pytest_ini == "[pytest]\ntestpaths = tests\naddopts = -q\n"
 
 
 def test_plain_lists_and_json_lists_give_the_same_task(project):
@@ -148,3 +149,31 @@ def test_a_task_spec_mapping_loads_swebench_rows(project, tmp_path):
                            "ids": ["minicalc__minicalc-1"]})
     assert [t.id for t in tasks] == ["minicalc__minicalc-1"]
     assert tasks[0].repo.history == str(project.bundle)
+
+
+def test_repositories_may_be_a_folder_of_clones_bundles_or_tarballs(project, tmp_path):
+    import shutil
+    import tarfile
+
+    rows = write_jsonl(tmp_path / "rows.jsonl", [project.row])
+    for layout in ("owner/name", "owner__name.bundle", "name.tar.gz"):
+        folder = tmp_path / layout.replace("/", "-")
+        folder.mkdir()
+        if layout == "owner/name":
+            (folder / "minicalc").mkdir()
+            shutil.copytree(project.path, folder / "minicalc" / "minicalc")
+        elif layout.endswith(".bundle"):
+            shutil.copy(project.bundle, folder / "minicalc__minicalc.bundle")
+        else:
+            with tarfile.open(folder / "minicalc.tar.gz", "w:gz") as tar:
+                tar.add(project.path, arcname="minicalc")
+        (task,) = load_tasks(rows, repos=folder)  # the generic loader, given the folder
+        assert task.id == "minicalc__minicalc-1" and task.tests["tests/test_core.py"]
+        assert Path(task.repo.history).parent == folder.resolve() or layout == "owner/name"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError, match="no repository for 'minicalc/minicalc' in .*"
+                       "looked for minicalc/minicalc/minicalc__minicalc/minicalc"):
+        load_swebench(rows, empty)
+    with pytest.raises(DatasetError, match="repos applies to SWE-bench-style rows"):
+        load_tasks("coding", repos=empty)
