@@ -10,7 +10,14 @@ from typing import Any
 from opd_gym.actions import TokenText
 from opd_gym.env import CodingEnv
 from opd_gym.episode import Episode, EpisodeSettings
-from opd_gym.errors import ConfigError, DatasetError, GradingError, ModelError, OPDGymError
+from opd_gym.errors import (
+    CalibrationError,
+    ConfigError,
+    DatasetError,
+    GradingError,
+    ModelError,
+    OPDGymError,
+)
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
 from opd_gym.rewards import RewardWeights
@@ -36,6 +43,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "CalibrationError",
     "ConfigError",
     "DatasetError",
     "GradingError",

@@ -92,7 +92,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(build_rootfs())
         return 0
     budget = _budget(args.budget)
-    tasks = _load_tasks(_tasks_spec(args.tasks, None, False)) if args.tasks else None
+    if (args.repo or args.repos) and not args.tasks:
+        raise UserError("--repo/--repos go with --tasks (the SWE-bench-style rows they serve)")
+    tasks = (_load_tasks(_tasks_spec(args.tasks, None, False, _repos(args))) if args.tasks
+             else None)
     engine = DockerEngine()
     method = build_image(args.image or DockerConfig().image, method=args.method, force=args.force,
                          engine=engine)
@@ -241,7 +244,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from opd_gym.runs import RunDirectory
 
     out = _check_rollout_args(args)
-    args.tasks = _tasks_spec(args.tasks, args.schema, args.skip_invalid)
+    args.tasks = _tasks_spec(args.tasks, args.schema, args.skip_invalid, _repos(args))
+    if args.max_turns is None:  # a built-in suite's own limit, as gym.make of its id has
+        args.max_turns = _suite_max_turns(args.tasks)
     tasks = _load_tasks(args.tasks)
     if args.task_ids:
         known = {t.id for t in tasks}
@@ -272,6 +277,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         parallel=args.parallel,
         seed=args.seed,
         max_turns=args.max_turns,
+        max_tool_output_chars=args.max_tool_output or None,
         resume=args.resume,
         opd=opd is not None,
         opd_options=opd if opd is not None else {},
@@ -279,6 +285,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     )
     demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
         "tiny", "smollm2")
+    if opd is not None and not demo:  # the embedded demo: scripted turns that stay short
+        _warn_context(args, config)
     if demo and opd is not None:
         note = DEMO_NOTE if args.teacher_name == "tiny" else SMOLLM2_DEMO_NOTE
         print(f"opd-gym rollout: {note}", file=sys.stderr)
@@ -323,6 +331,20 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     return 1 if summary.failures and not summary.episodes else 0
 
 
+def _warn_context(args: argparse.Namespace, config: Any) -> None:
+    """One stderr line before the first episode when an episode may outgrow the teacher's
+    context window (its turns past it would go unscored); read from the model's config.json
+    or the vLLM server's /v1/models, never by loading the model."""
+    from opd_gym.runs.budget import context_warning, teacher_window
+
+    window, source = teacher_window(args.teacher, _teacher_options(args))
+    line = context_warning(window, source, max_turns=config.max_turns,
+                           max_tool_output_chars=config.max_tool_output_chars,
+                           max_new_tokens=args.max_new_tokens or 256)
+    if line is not None:
+        print(f"opd-gym rollout: {line}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace, config: Any, make_agent: Any, logger: Any) -> Any:
     """Play the run, locally or on Ray; its summary."""
     from opd_gym.rollout import run_rollout
@@ -364,20 +386,80 @@ def _tool_format_name(spec: str, policy: str) -> str:
     return DEFAULT_FORMAT
 
 
-def _tasks_spec(source: str, schema: str | None, skip_invalid: bool = False) -> Any:
-    """`--tasks`/`--schema`/`--skip-invalid` as a task spec: the plain string, or a loader
-    mapping.
+def _tasks_spec(source: str, schema: str | None, skip_invalid: bool = False,
+                repos: Any = None) -> Any:
+    """`--tasks`/`--schema`/`--skip-invalid`/`--repo(s)` as a task spec: the plain string, or
+    a loader mapping.
 
     `hf:NAME[@SPLIT]` is a Hugging Face dataset (needs the `datasets` extra); a file's schema
-    is detected from its rows unless `--schema` names it.
+    is detected from its rows unless `--schema` names it (a `tasks synth` manifest by its
+    fields). `repos` (from `_repos`) says where SWE-bench-style rows' repositories are.
     """
-    extra = {"skip_invalid": True} if skip_invalid else {}
+    extra: dict[str, Any] = {"skip_invalid": True} if skip_invalid else {}
+    if repos is not None:
+        if source.startswith("hf:"):
+            raise UserError("--repo/--repos apply to a file of SWE-bench-style rows, not to "
+                            "an hf: dataset")
+        extra["repos"] = repos
     if source.startswith("hf:"):
         name, _, split = source[3:].partition("@")
         return {"dataset": name, "schema": schema, "split": split or "test", **extra}
     if schema in (None, "auto") and not extra:
         return source
     return {"source": source, "schema": schema, **extra}
+
+
+def _suite_max_turns(spec: Any) -> int:
+    """The `max_turns` of a built-in suite's env.toml (what its registered env id uses, e.g.
+    30 for `repo`); 15 for any other task source."""
+    from opd_gym.tasks.suite import available_suites, load_env_spec
+
+    if isinstance(spec, str) and spec in available_suites():
+        try:
+            return int(load_env_spec(spec).get("max_turns", DEFAULT_MAX_TURNS))
+        except FileNotFoundError:
+            pass
+    return DEFAULT_MAX_TURNS
+
+
+DEFAULT_MAX_TURNS = 15
+
+
+def _repos(args: argparse.Namespace) -> str | dict[str, str] | None:
+    """Where SWE-bench-style rows' repositories are: `--repos FOLDER`, or the
+    `--repo OWNER/NAME=PATH` pairs as a mapping (None when neither is given)."""
+    pairs, folder = getattr(args, "repo", None), getattr(args, "repos", None)
+    if pairs and folder:
+        raise UserError("give --repos FOLDER or --repo OWNER/NAME=PATH flags, not both")
+    if folder:
+        if not Path(folder).is_dir():
+            raise UserError(f"--repos {folder!r} is not a folder (it holds one repository "
+                            "per name: owner/name, owner__name or name)")
+        return str(Path(folder).resolve())
+    if not pairs:
+        return None
+    repos: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, path = pair.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"--repo {pair!r}: give OWNER/NAME=PATH (a clone, bare "
+                            "repository, bundle or tarball holding the base commits)")
+        if name.strip() in repos:
+            raise UserError(f"--repo names {name.strip()!r} twice")
+        repos[name.strip()] = str(Path(path.strip()).expanduser().resolve())
+    return repos
+
+
+def _repo_flags(parser: argparse.ArgumentParser) -> None:
+    """`--repo` and `--repos`: the repositories SWE-bench-style task rows name."""
+    parser.add_argument("--repo", action="append", metavar="OWNER/NAME=PATH",
+                        help="SWE-bench/SWE-Gym/SWE-smith rows: the git history of a "
+                        "repository they name (a clone, bare repository, bundle or tarball "
+                        "with the base commits); repeatable")
+    parser.add_argument("--repos", metavar="FOLDER",
+                        help="SWE-bench-style rows: a folder holding each repository they "
+                        "name, as owner/name, owner__name or name (optionally .git, .bundle, "
+                        ".tar.gz)")
 
 
 # Flags that say how a run is played or shown, not which episodes it plays: `--resume` may
@@ -396,6 +478,21 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _output_chars(text: str) -> int:
+    """argparse type: a tool-output budget in characters (0: no limit)."""
+    from opd_gym.tools.executor import MIN_OUTPUT_CHARS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of characters"
+                                         ) from None
+    if value != 0 and value < MIN_OUTPUT_CHARS:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_OUTPUT_CHARS} characters, or 0 "
+                                         f"for no limit, got {value}")
     return value
 
 
@@ -509,7 +606,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             raise UserError("give the task source once: `--tasks SOURCE` (or the old "
                             "positional form), not both")
         source = args.tasks or args.path or "coding"
-    tasks = _load_tasks(_tasks_spec(source, args.schema, args.skip_invalid))
+    tasks = _load_tasks(_tasks_spec(source, args.schema, args.skip_invalid, _repos(args)))
     if args.tasks_command == "list":
         width = max(len(t.id) for t in tasks)
         for task in tasks:
@@ -562,6 +659,35 @@ def _validate(tasks, sandbox: str, workers: int = 4) -> int:
     return 1 if bad else 0
 
 
+def cmd_check_suite(args: argparse.Namespace) -> int:
+    """`opd-gym tasks check-suite SDIST...`: the grader against plain pytest, id by id."""
+    from opd_gym.grading import Grader
+    from opd_gym.grading.suite_check import check_project, prepare, table
+    from opd_gym.sandboxes import make_pool
+    from opd_gym.sandboxes.image import DEFAULT_IMAGE
+    from opd_gym.tasks.sdist import read_sdist
+
+    sdists = [read_sdist(Path(p)) for p in args.sdists]  # refuses an unreadable one first
+    checks = []
+    with make_pool("docker", size=2) as pool:
+        grader = Grader(pool)
+        for sdist in sdists:
+            project = prepare(f"{sdist.name}-{sdist.version}", sdist.files, DEFAULT_IMAGE)
+            check = check_project(project, grader, DEFAULT_IMAGE, test_dirs=args.tests,
+                                  timeout=args.timeout)
+            checks.append(check)
+            print(f"[check-suite] {check.name}: {check.agree}/{check.ids} ids agree",
+                  flush=True)
+    print(table(checks))
+    bad = [c.name for c in checks if not c.ok]
+    if bad:
+        print(f"{len(bad)} of {len(checks)} suites disagree with plain pytest or got no "
+              f"verdict: {', '.join(bad)}")
+        return 1
+    print(f"{len(checks)} of {len(checks)} suites agree with plain pytest")
+    return 0
+
+
 def _encoded(files) -> dict[str, bytes]:
     return {path: text.encode() for path, text in files.items()}
 
@@ -611,6 +737,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if not Path(args.run_dir).exists():
         raise UserError(f"no run directory {args.run_dir!r}")
+    if args.to == "swebench-predictions":  # counts what it left out, and why
+        from opd_gym.exports.predictions import export_predictions
+
+        print(export_predictions(args.run_dir, args.out, model_name=args.model_name).summary())
+        return 0
+    if args.model_name:
+        raise UserError("--model-name applies to --to swebench-predictions")
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     path = export_run(args.run_dir, args.to, args.out, tokenizer=tokenizer)
     print(f"wrote {path}")
@@ -625,8 +758,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 TASKS_HELP = ("suite name, task folder, task or dataset file (JSONL/JSON/YAML/TOML in our schema "
-              "or HumanEval, MBPP, APPS, CodeContests rows), or hf:NAME[@SPLIT]")
-SCHEMA_CHOICES = ["auto", "opd_gym", "humaneval", "mbpp", "apps", "code_contests"]
+              "or HumanEval, MBPP, APPS, CodeContests rows; SWE-bench/SWE-Gym/SWE-smith rows "
+              "with --repo/--repos), a `tasks synth` manifest, or hf:NAME[@SPLIT]")
+SCHEMA_CHOICES = ["auto", "opd_gym", "humaneval", "mbpp", "apps", "code_contests",
+                  "swebench"]
 SCHEMA_HELP = "the rows' schema (default: detected from the first row)"
 SKIP_HELP = "skip invalid task rows (how many is reported) instead of refusing the file"
 
@@ -654,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--tasks", default="coding", help=TASKS_HELP)
     roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     roll.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    _repo_flags(roll)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument(
@@ -698,7 +834,12 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--teacher-device", help="hf:/vllm-engine: teacher device")
     roll.add_argument("--teacher-max-model-len", type=int,
                       help="hf:/vllm-engine: longest teacher input")
-    roll.add_argument("--max-turns", type=_positive, default=15)
+    roll.add_argument("--max-turns", type=_positive,
+                      help="assistant turns per episode (default: a built-in suite's own, "
+                      "as its env id has: 30 for repo; else 15)")
+    roll.add_argument("--max-tool-output", type=_output_chars, default=10_000, metavar="CHARS",
+                      help="characters of one tool result the policy sees (default 10000; "
+                      "0: no limit); longer output keeps its head and tail around a marker")
     roll.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     roll.add_argument("--out", help="output directory (default runs/<timestamp>)")
     roll.add_argument("--resume", action="store_true",
@@ -718,17 +859,20 @@ def build_parser() -> argparse.ArgumentParser:
     tlist.add_argument("--tasks", default="coding", help=TASKS_HELP)
     tlist.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tlist.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    _repo_flags(tlist)
     tshow = tsub.add_parser("show", help="one task's prompt and files")
     tshow.add_argument("id")
     tshow.add_argument("--tasks", default="coding", help=TASKS_HELP)
     tshow.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tshow.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    _repo_flags(tshow)
     tval = tsub.add_parser("validate", help="grade each task's starter (must score 0), "
                            "reference (1.0) and a wrong answer (below 0.5)")
     tval.add_argument("path", nargs="?", help="the task source (old form of --tasks)")
     tval.add_argument("--tasks", help=TASKS_HELP + " (default coding)")
     tval.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     tval.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    _repo_flags(tval)
     tval.add_argument("--sandbox", default="auto", choices=SANDBOXES)
     tval.add_argument("--workers", type=int, default=4, help="gradings run at once")
     tsyn = tsub.add_parser("synth", help="synthesize validated bug-fix tasks from a project "
@@ -740,6 +884,16 @@ def build_parser() -> argparse.ArgumentParser:
     tsyn.add_argument("--workers", type=int, default=2, help="validations run at once")
     tsyn.set_defaults(func=lambda a: __import__("opd_gym.tasks.synth", fromlist=["x"])
                       .synth_command(a.source, a.output, a.max, a.seed, "docker", a.workers))
+    tcheck = tsub.add_parser("check-suite", help="grade projects' own test suites (sdists) "
+                             "and compare every test id with plain pytest: a table")
+    tcheck.add_argument("sdists", nargs="+", metavar="SDIST",
+                        help="an sdist (.tar.gz or .zip) whose tests are in it")
+    tcheck.add_argument("--tests", action="append", metavar="DIR",
+                        help="the suite's folder or file (repeatable; default: found from "
+                             "the ids plain pytest collects)")
+    tcheck.add_argument("--timeout", type=_seconds, default=300.0,
+                        help="seconds each grading run may take (default 300)")
+    tcheck.set_defaults(func=cmd_check_suite)
     tasks.set_defaults(func=cmd_tasks)
 
     view = sub.add_parser("view", help="write (and open) the HTML report of a run")
@@ -757,13 +911,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--open", action="store_true", help="open it in a browser")
     report.set_defaults(func=cmd_report)
 
-    export = sub.add_parser("export", help="export a run to a trainer format")
+    export = sub.add_parser("export", help="export a run to a trainer format, or its "
+                            "repository-task diffs as SWE-bench predictions")
     export.add_argument("run_dir")
     from opd_gym.exports.run import FORMATS as EXPORT_FORMATS
 
     export.add_argument("--to", required=True, choices=EXPORT_FORMATS)
     export.add_argument("--out", help="output file")
     export.add_argument("--tokenizer", help="tiny | hf:PATH (Atropos needs prompt ids)")
+    export.add_argument("--model-name", help="swebench-predictions: model_name_or_path "
+                        "(default: the run's policy, from its config.json)")
     export.set_defaults(func=cmd_export)
 
     sandbox = sub.add_parser("sandbox", help="build, check and clean the sandbox")
@@ -775,6 +932,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--rootfs-only", action="store_true", help="only the bwrap rootfs")
     build.add_argument("--tasks", help="also build the environment images these tasks need "
                        "(" + TASKS_HELP + ")")
+    _repo_flags(build)
     build.add_argument("--budget", help="disk kept for environment images, e.g. 20g (least "
                        "recently used beyond it are removed; default 20g)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -24,8 +24,32 @@ class GradingError(OPDGymError):
     """The grading machinery could not produce a trustworthy verdict."""
 
 
+class CalibrationError(GradingError):
+    """A task's calibration (its reference solution and starter run with the canaries) failed.
+
+    `fields` holds the GradeReport fields that say why (`reason`, `infra_error`, maybe
+    `output`); `reason` and `infra_error` read them. `Grader.grade` never raises this: it
+    returns a report built from these fields.
+    """
+
+    def __init__(self, reason: str = "", **fields: object) -> None:
+        super().__init__(reason)
+        self.fields: dict[str, object] = {"reason": reason, **fields}
+
+    @property
+    def reason(self) -> str:
+        return str(self.fields.get("reason", ""))
+
+    @property
+    def infra_error(self) -> bool:
+        return bool(self.fields.get("infra_error", False))
+
+
 class ModelError(OPDGymError, RuntimeError):
     """A model backend (policy, judge or teacher) failed or is unavailable."""
 
 
-__all__ = ["ConfigError", "DatasetError", "GradingError", "ModelError", "OPDGymError"]
+__all__ = [
+    "CalibrationError", "ConfigError", "DatasetError", "GradingError", "ModelError",
+    "OPDGymError",
+]

@@ -1,16 +1,21 @@
-"""opd_gym grading harness (version 2): each variant of the hidden tests runs with the solution
-in one plain pytest process, alone and under a uid of its own; outcomes come back through a pipe.
+"""opd_gym grading harness (request version 3, verdict version 2): each variant of the hidden
+tests runs with the solution in one plain pytest process, alone and under a uid of its own;
+outcomes come back through a pipe.
 
 Started by the host with `python3 -I -c` in the grading sandbox (Docker: as root, whose only
 capabilities are SETUID, SETGID and KILL; bubblewrap/local: as the agent's own uid). It reads
 one JSON request on stdin (see docs and `opd_gym/grading/launch.py`: workspace, agent_uid,
-timeout, ini, args, select, variants) and writes one JSON verdict line on stdout.
+timeout, ini, args, select, doctests, variants) and writes one JSON verdict line on stdout.
 
-How a variant runs. For each variant the harness builds a fresh tree: a copy of the workspace
-without the files that steer collection or start-up (conftest.py, sitecustomize.py,
-usercustomize.py, *.pth, __pycache__/, and __init__.py in directories holding hidden tests),
-with the variant's files laid over it. Trees and the ini file belong to the harness and are
-read-only, under a folder with random names that the variants may enter but not list.
+How a variant runs. For each variant the harness builds a staging tree: a copy of the
+workspace without the files that steer collection or start-up (conftest.py, sitecustomize.py,
+usercustomize.py, *.pth, __pycache__/, and __init__.py in folders holding hidden Python files,
+but not in the package folders of doctest sources), with the variant's files laid over it.
+Just before the variant runs, it gets a writable tree of its own made from that staging tree
+(Docker: its files are the variant uid's, the tree's root is root's, sticky, with the task's
+ini read-only in it; see variant_tree); everything in it is removed after the variant. The
+doctests of `doctests` (package modules) run against the live module of the tree with their
+examples taken from the pristine text (see pristine_doctests).
 Before it reads the request, the harness imports pytest (once, for all variants) and forks a
 "zygote" whose memory never holds the request (so no variant can find the other variant's
 tests in it); the zygote forks the variants ONE AT A TIME, in random order. Each drops to its
@@ -306,6 +311,124 @@ class Reporter:
         self.emit({"id": nodeid, "outcome": outcome, "message": message})
 
 
+def pristine_docstrings(source):
+    """{qualified name: (docstring or None, 0-based line)} of what doctest's finder visits in a
+    module, read with ast from `source`: the module itself (""), its functions and classes, and
+    their methods and nested classes (also under module- or class-level if/try/with)."""
+    import ast
+
+    tree = ast.parse(source)
+    found = {"": (ast.get_docstring(tree, clean=False), 0)}
+    blocks = tuple(getattr(ast, n) for n in ("If", "Try", "TryStar", "With", "AsyncWith")
+                   if hasattr(ast, n))
+
+    def walk(body, prefix):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + node.name
+                if name in found and any(  # `@x.setter`: the property keeps its getter's doc
+                        isinstance(d, ast.Attribute) and d.attr in ("setter", "getter", "deleter")
+                        for d in node.decorator_list):
+                    continue
+                found[name] = (ast.get_docstring(node, clean=False), node.lineno - 1)
+                if isinstance(node, ast.ClassDef):
+                    walk(node.body, name + ".")
+            elif isinstance(node, blocks):
+                for field in ("body", "orelse", "finalbody"):
+                    walk(getattr(node, field, None) or [], prefix)
+                for handler in getattr(node, "handlers", None) or []:
+                    walk(handler.body, prefix)
+
+    walk(tree.body, "")
+    return found
+
+
+def pristine_doctests(tree, sources, select=None):
+    """pytest plugin: the doctests of the listed package modules (`sources`: {path: pristine
+    text}) come from their pristine docstrings and run against the live module of the tree.
+
+    pytest's own DoctestModule still imports the module as plain pytest does (rootdir, import
+    mode) and walks the LIVE module with doctest's finder, so ids and order are pytest's; only
+    the docstring parsed for each visited object is the pristine one with its qualified name
+    (an edited or deleted docstring changes nothing; one the pristine module lacks is not a
+    test). A pristine doctest whose object the live module lacks runs in the module's globals
+    when its id is selected (or nothing is). Names the ast cannot tell (`__test__` entries,
+    aliases) keep pytest's own behaviour when their ids are selected, else are no tests.
+    """
+    import doctest
+
+    import pytest
+    from _pytest.doctest import DoctestModule
+
+    selected = None if select is None else set(select)
+
+    class PristineDoctestModule(DoctestModule):
+        pristine_source = ""
+
+        def collect(self):
+            pristine = pristine_docstrings(self.pristine_source)
+            nodeid, filename = self.nodeid, str(self.path)
+            original_find = doctest.DocTestFinder.find
+
+            def find(finder, obj, name=None, module=None, globs=None, extraglobs=None):
+                modname = name if name is not None else getattr(obj, "__name__", "")
+                visited = set()
+                live_get_test = finder._get_test
+
+                def get_test(obj_, name_, module_, globs_, source_lines):
+                    key = None
+                    if name_ == modname:
+                        key = ""
+                    elif name_.startswith(modname + "."):
+                        key = name_[len(modname) + 1:]
+                    if key not in pristine:  # an alias, `__test__`: pytest's own, if listed
+                        if selected is None or f"{nodeid}::{name_}" not in selected:
+                            return None
+                        return live_get_test(obj_, name_, module_, globs_, source_lines)
+                    visited.add(key)
+                    text, lineno = pristine[key]
+                    if not text:
+                        return None
+                    return finder._parser.get_doctest(text, globs_, name_, filename, lineno)
+
+                finder._get_test = get_test
+                try:
+                    tests = original_find(finder, obj, name, module, globs, extraglobs)
+                finally:
+                    del finder._get_test
+                for key, (text, lineno) in pristine.items():
+                    full = f"{modname}.{key}" if key else modname
+                    if key in visited or not text or (
+                            selected is not None and f"{nodeid}::{full}" not in selected):
+                        continue
+                    test = finder._parser.get_doctest(text, dict(vars(obj)), full, filename,
+                                                      lineno)
+                    if test.examples:
+                        tests.append(test)
+                tests.sort()
+                return tests
+
+            doctest.DocTestFinder.find = find
+            try:
+                return list(super().collect())
+            finally:
+                doctest.DocTestFinder.find = original_find
+
+    class Plugin:
+        @pytest.hookimpl(hookwrapper=True)
+        def pytest_collect_file(self, file_path, parent):
+            outcome = yield
+            rel = os.path.relpath(str(file_path), tree).replace(os.sep, "/")
+            if rel not in sources:
+                return
+            for collector in outcome.get_result() or ():
+                if type(collector) is DoctestModule:
+                    collector.__class__ = PristineDoctestModule
+                    collector.pristine_source = sources[rel]
+
+    return Plugin()
+
+
 def run_variant(command, out_fd, result_fd):
     """In the forked child: become the agent, enter the tree and run pytest; never returns."""
     code = 70
@@ -349,7 +472,10 @@ def run_variant(command, out_fd, result_fd):
         import pytest
 
         reporter = Reporter(RESULT_FD, command.get("select"))
-        code = int(pytest.main(list(command["pytest_args"]), plugins=[reporter]))
+        plugins = [reporter]
+        if command.get("doctests"):
+            plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
+        code = int(pytest.main(list(command["pytest_args"]), plugins=plugins))
         Reporter(RESULT_FD).emit({"exit": code})
     except BaseException as exc:  # pytest itself broke: say so in the output, never hang
         try:
@@ -656,18 +782,105 @@ def copy_workspace(src, dst, test_dirs, skipped, depth=0, rel=""):
             skipped.append(f"{path}: {exc.strerror}")
 
 
-def link_tree(src, dst):
-    """dst = src with its files hard-linked (both ours and read-only: safe to share)."""
+def tests_folders(hidden, doctests, select=None):
+    """Folders whose planted __init__.py is left out of the tree: those holding hidden Python
+    files (test modules, their conftest and helpers), so no file of the agent changes how the
+    hidden tests import. The package folders of doctest sources keep the agent's __init__.py:
+    their modules import as in the project (relative imports, names like `pkg.time`). Which
+    folders are packages is read from the doctest ids (`src/pkg/core.py::pkg.core.f`: src/pkg
+    is); without ids, the source's own folder."""
+    folders = {rel.rpartition("/")[0] for rel in hidden if rel.endswith(".py")}
+    for path in doctests:
+        stem = path[:-3] if path.endswith(".py") else path
+        parts = stem.split("/")
+        init = parts[-1] == "__init__"
+        if init:
+            parts = parts[:-1]
+        names = [i.partition("::")[2] for i in select or () if i.startswith(path + "::")]
+        packages = 1
+        for k in range(len(parts), 0, -1):
+            module = ".".join(parts[-k:])
+            if any(n == module or n.startswith(module + ".") for n in names):
+                packages = k if init else k - 1
+                break
+        prefix = path.split("/")[:-1]
+        for n in range(packages):
+            folders.discard("/".join(prefix[:len(prefix) - n]))
+    return folders
+
+
+def copy_tree(src, dst, skip=()):
+    """dst = a fresh copy of src's directories and regular files, owned by the caller."""
     for entry in os.scandir(src):
+        if entry.name in skip:
+            continue
         target = os.path.join(dst, entry.name)
         if entry.is_dir(follow_symlinks=False):
             os.mkdir(target, 0o755)
-            link_tree(entry.path, target)
-        else:
-            try:
-                os.link(entry.path, target)
-            except OSError:
-                copy_file(entry.path, target, entry.stat().st_mode & 0o777)
+            copy_tree(entry.path, target)
+        elif entry.is_file(follow_symlinks=False):
+            mode = 0o755 if entry.stat(follow_symlinks=False).st_mode & 0o111 else 0o644
+            copy_file(entry.path, target, mode)
+
+
+def variant_tree(staging, tree, uid, ini_name, ini_text):
+    """The tree one variant runs in, writable by it as a project folder is by plain pytest
+    (a solution may write `./cache.json` in its cwd), with the task's ini read-only in it.
+
+    Docker: the harness (root without CAP_CHOWN/CAP_DAC_OVERRIDE) makes the tree's root,
+    owned by root with the variant's group, mode 1770, and the ini in it (root's, 0444); a
+    child dropped to the variant's uid then copies the staging tree into it, so every other
+    file and folder is the variant's own. The sticky bit keeps the ini: the variant may add
+    and remove its own entries but never replace root's. No other uid may enter the tree.
+    bwrap/local (one uid): the staging tree itself, a copy of its own per variant.
+
+    A writable tree does not weaken the canaries: what a variant may rewrite is its own copy
+    of the workspace and of ITS hidden files, in the process that runs them; rewriting a test
+    to pass is a same-process forgery like any other (it passes the canary too, and is
+    caught), and nothing it writes outlives it (remove_variant_tree) or reaches the other
+    variant, which runs later in a tree of its own.
+    """
+    if uid is None:
+        path = os.path.join(tree, ini_name)
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(ini_text)
+        os.chmod(path, 0o444)
+        return
+    egid = os.getegid()
+    os.setegid(uid)  # what the harness creates now has the variant's group
+    try:
+        os.mkdir(tree, 0o700)
+        path = os.path.join(tree, ini_name)
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(ini_text)
+        os.chmod(path, 0o444)
+    finally:
+        os.setegid(egid)
+    os.chmod(tree, 0o1770)
+    if not as_user(uid, copy_tree, staging, tree, (ini_name,), limit=600.0):
+        raise RuntimeError("could not copy the tree for a variant")
+
+
+def empty_tree(tree):
+    """Remove every entry of `tree` the caller may remove (its own), whatever their modes."""
+    for entry in os.scandir(tree):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                thaw_and_remove(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def remove_variant_tree(tree, uid):
+    """After a variant: everything in its tree goes, as its uid (folders it closed with mode
+    0700 included), then the tree itself and the ini, as the harness."""
+    if not os.path.lexists(tree):
+        return
+    if uid is not None:
+        as_user(uid, empty_tree, tree)
+    thaw_and_remove(tree)
 
 
 def overlay(tree, files):
@@ -710,7 +923,8 @@ def thaw_and_remove(path):
     for root, dirs, _ in os.walk(path):
         for name in dirs:
             try:
-                os.chmod(os.path.join(root, name), 0o700)
+                if not os.path.islink(os.path.join(root, name)):  # never chmod through a link
+                    os.chmod(os.path.join(root, name), 0o700)
             except OSError:
                 pass
     try:
@@ -980,11 +1194,12 @@ def main():
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing but the verdict reaches the host's stream
     request = json.loads(sys.stdin.buffer.read(MAX_REQUEST))
-    if request.get("version") != 2:
+    if request.get("version") != 3:
         raise SystemExit(f"unsupported request version {request.get('version')!r}")
     variants_in = request["variants"]
     if not 1 <= len(variants_in) <= MAX_VARIANTS:
         raise SystemExit(f"between 1 and {MAX_VARIANTS} variants, got {len(variants_in)}")
+    doctests = {str(k): str(v) for k, v in (request.get("doctests") or {}).items()}
     uid = request.get("agent_uid")
     timeout = float(request["timeout"])
     workspace = os.path.realpath(request["workspace"])
@@ -999,6 +1214,7 @@ def main():
     places = [tmp, *SHARED_PLACES]
     workspace_mode = None
     base = tempfile.mkdtemp(prefix="opd-grade-", dir=tmp)
+    trees = []
     try:
         os.chmod(base, 0o711)  # the agent may enter what it is told of, never list it
         token = lambda: os.urandom(12).hex()  # noqa: E731
@@ -1007,14 +1223,14 @@ def main():
         ini_name = f".opd-pytest-{token()}.ini"
         ini_text = request.get("ini") or "[pytest]\n"
         skipped = []
-        test_dirs = set()
-        for variant in variants_in:
-            for rel in variant["files"]:
-                test_dirs.add(rel.rpartition("/")[0])
-        # Separate uids get separate copies of everything they read (no shared inode whose
-        # access time one variant could set and the other read); one uid shares hard links.
-        trees, opd_dirs, first = [], [], None
-        for _ in variants_in:
+        test_dirs = tests_folders([rel for variant in variants_in for rel in variant["files"]],
+                                  doctests, request.get("select"))
+        # Per variant: a staging tree (the workspace copy with that variant's files laid over
+        # it; Docker: the harness's, read-only) from which its own writable tree is made just
+        # before it runs (see variant_tree). Separate uids get separate copies of everything
+        # they read: no shared inode whose access time one could set and the other read.
+        staging, opd_dirs = [], []
+        for index, variant in enumerate(variants_in):
             opd_dir = os.path.join(base, token())
             os.mkdir(opd_dir, 0o755)
             with open(os.path.join(opd_dir, "opd_grading.py"), "w", encoding="utf-8") as fh:
@@ -1023,17 +1239,11 @@ def main():
             opd_dirs.append(opd_dir)
             tree = os.path.join(base, token())
             os.mkdir(tree, 0o755)
-            if first is None or uid is not None:
-                copy_workspace(workspace, tree, test_dirs, skipped if first is None else [])
-                first = tree
-            else:
-                link_tree(first, tree)
-            trees.append(tree)
-        for tree, variant in zip(trees, variants_in, strict=True):
+            copy_workspace(workspace, tree, test_dirs, skipped if index == 0 else [])
             overlay(tree, variant["files"])
-            overlay(tree, {ini_name: ini_text})
-        for tree in trees:
-            freeze(tree)
+            if uid is not None:
+                freeze(tree)
+            staging.append(tree)
         if uid is not None:  # the variants may not even read the agent's workspace
             workspace_mode = os.stat(workspace).st_mode & 0o7777
             as_user(uid, os.chmod, workspace, 0o700)
@@ -1042,28 +1252,32 @@ def main():
         if select is not None:
             select = [str(i) for i in select]
         path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
-        variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(trees))]
-        for i in range(len(trees), MAX_VARIANTS):
+        variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(staging))]
+        for i in range(len(staging), MAX_VARIANTS):
             os.close(pipes[i][0][0])
             os.close(pipes[i][1][0])
-        order = list(range(len(trees)))
+        order = list(range(len(staging)))
         random.SystemRandom().shuffle(order)
+        trees = [staging[i] if uid is None else os.path.join(base, token())
+                 for i in range(len(staging))]
         lines = {}
         for i in order:
             lines[i] = json.dumps({
                 "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
-                "opd_dir": opd_dirs[i], "select": select,
+                "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
                 "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
             }) + "\n"
         del request, variants_in
         supervisor = Supervisor(replies_r, timeout)
         zygote_alive = {zygote_pid}
         for i in order:  # one variant at a time: none is alive while another runs
+            variant_tree(staging[i], trees[i], uids[i], ini_name, ini_text)
             os.write(commands_w, lines[i].encode("utf-8", "surrogatepass"))
             supervisor.run(variants[i])
             processes.kill({uids[i]} - {None}, spare=zygote_alive)
             if uids[i] is not None:
                 as_user(uids[i], remove_owned, uids[i], places)
+            remove_variant_tree(trees[i], uids[i])
         os.close(commands_w)
         commands_w = None
         processes.kill_all()
@@ -1075,9 +1289,11 @@ def main():
     finally:
         try:
             processes.kill_all()
-            for variant_uid in uids:
+            for index, variant_uid in enumerate(uids):
                 if variant_uid is not None:
                     as_user(variant_uid, remove_owned, variant_uid, places)
+                    if index < len(trees):
+                        remove_variant_tree(trees[index], variant_uid)
             if workspace_mode is not None:
                 as_user(uid, os.chmod, workspace, workspace_mode)
         except Exception:

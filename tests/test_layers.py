@@ -13,7 +13,7 @@ ROOT = Path(opd_gym.__file__).parent
 
 # bottom up; a module belongs to the layer of its longest matching prefix ("" is the package)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("errors", "resources", "actions", "spaces", "pyast")),
+    ("foundations", ("errors", "resources", "actions", "spaces", "pyast", "nodeids")),
     # grading.canary reads test sources (pure AST, imports nothing of the package): task
     # synthesis asks it which tests can earn, the grader builds its variants from it
     ("parts", ("models", "sandboxes", "tasks", "tools", "specs", "grading.canary")),

@@ -5,6 +5,7 @@ Layout: `report` (GradeReport, TestOutcome), `expected` (which tests the hidden 
 harness), `verdict` (checking and merging what it returns), `grader`.
 """
 
+from opd_gym.errors import CalibrationError
 from opd_gym.grading.canary import CanarySet, Variants, build_variants, make_canaries
 from opd_gym.grading.expected import expected_tests, test_paths
 from opd_gym.grading.grader import GRADE_DIR, Grader, SandboxSource, select_files, task_key
@@ -22,6 +23,7 @@ from opd_gym.grading.verdict import (
 __all__ = [
     "GRADE_DIR",
     "Calibration",
+    "CalibrationError",
     "CanarySet",
     "GradeReport",
     "Grader",

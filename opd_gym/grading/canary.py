@@ -9,7 +9,9 @@ files have the same names and test ids, and a canary differs from its test in on
 Edits are made on the source text, one token (or one wrap in `not`), so everything else in
 the file (quotes, comments, line numbers) stays as written. Which assertion is perturbed, and
 how, is drawn from a seed (the Grader's secret and the task's hash), so calibration with the
-reference solution validates the very canaries later grades use; which variant holds the real
+reference solution validates the very canaries later grades use; a canary the reference
+passes is drawn again from the test's other candidates (`make_canaries(exclude=...)`), so
+whether a test has a valid canary does not hang on the draw. Which variant holds the real
 test is drawn per grade from the OS's randomness and never enters the sandbox.
 """
 
@@ -18,12 +20,14 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import contextvars
+import dataclasses
 import hashlib
 import math
 import random
 import string
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from opd_gym import pyast
@@ -64,8 +68,28 @@ _UNITTEST_SWAP = {
 _UNITTEST_EQUAL = {"assertEqual", "assertEquals", "assertListEqual", "assertDictEqual",
                    "assertTupleEqual", "assertSetEqual", "assertSequenceEqual",
                    "assertCountEqual", "assertMultiLineEqual"}
-# objects a test waits on: a failed assertion before their release can hang the test
-_WAITS = {"Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier", "Thread", "Timer"}
+# Objects a test waits on, by the module defining them: a failed assertion before their
+# release can hang the test. A call counts only when it resolves, through the module's imports,
+# to one of these (`threading.Event()`, `import threading as t; t.Event()`, `from threading
+# import Timer`; submodules too: `asyncio.locks.Event`), never by its bare name: a suite's own
+# `Timer` or `Event` class gets canaries. A wait the imports do not show (a helper that starts
+# a thread, `ctx.Event()`) is left to calibration, which drops a canary that hangs the reference.
+_WAITS = {
+    "threading": {"Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier", "Thread",
+                  "Timer"},
+    "multiprocessing": {"Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier",
+                        "Process", "Queue", "JoinableQueue", "SimpleQueue"},
+    "asyncio": {"Event", "Condition", "Semaphore", "BoundedSemaphore", "Barrier", "Queue",
+                "LifoQueue", "PriorityQueue", "Future"},
+    "concurrent.futures": {"Future"},
+    "queue": {"Queue", "SimpleQueue", "LifoQueue", "PriorityQueue"},
+}
+# builtins that keep every literal of their argument in the value (perturbed through them)
+_WRAPS = {"set", "frozenset", "sorted", "tuple", "list"}
+# the functions of the test module being read that never reach the solution (make_canaries)
+_HELPERS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "_HELPERS", default=frozenset())
+_BUILTINS = frozenset(dir(builtins))
 _EXCEPTIONS = ("ValueError", "TypeError", "KeyError", "IndexError", "ZeroDivisionError",
                "AttributeError", "RuntimeError", "OverflowError", "NotImplementedError",
                "FileNotFoundError", "UnicodeDecodeError", "RecursionError")
@@ -94,6 +118,12 @@ class Canary:
     replacement: str
     more: tuple[tuple[int, int, str], ...] = ()
     real: tuple[tuple[int, int, str], ...] = ()
+    site: tuple[int, str] = (-1, "")  # which candidate it is: pass it to make_canaries' exclude
+    # False: the test compares the solution with a value it computes or receives at run time
+    # (an oracle call, a fixture, a non-literal table) that no canary changes; a solution could
+    # return that value read from the test, so the test only gates (`why` says where)
+    earns: bool = True
+    why: str = ""
 
     @property
     def edits(self) -> tuple[tuple[int, int, str], ...]:
@@ -250,11 +280,6 @@ def _literal(node: ast.AST) -> object:
 _NO = object()
 
 
-
-
-_NO = object()
-
-
 def _empty(node: ast.AST) -> bool:
     """An empty literal container: `[]`, `()`, `{}`, `set()` (perturbed into a one-element one)."""
     if isinstance(node, ast.List | ast.Tuple | ast.Set):
@@ -288,9 +313,14 @@ def _constants(node: ast.AST) -> list[ast.AST]:
 
 
 def _expected(node: ast.AST) -> list[ast.AST]:
-    """Constants of `node` if it is a literal expectation (or `approx(E)` of one)."""
+    """Constants of `node` if it is a literal expectation (or `approx(E)` of one, or a helper
+    of the test applied to literals: `_normalise("8\n")`, `set([1, 2])`)."""
     if isinstance(node, ast.Call) and _callee(node) == "approx" and node.args:
         return _expected(node.args[0])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args and \
+            not node.keywords and (node.func.id in _HELPERS.get() or node.func.id in _WRAPS) \
+            and all(_literal(a) is not _NO for a in node.args):
+        return [c for a in node.args for c in _constants(a)]
     if _literal(node) is _NO:
         return []
     return _constants(node)
@@ -366,6 +396,7 @@ class _Site:
     tolerance: float = 0.0  # a perturbed value must move further than this (assertAlmostEqual)
     kind: str = "literal"
     param: _Param | None = None
+    names: tuple[str, ...] = ()  # the test's names whose literal values this site perturbs
 
 
 def _raises_arg(call: ast.Call) -> ast.AST | None:
@@ -396,10 +427,71 @@ def _own(function: ast.AST) -> Iterator[ast.AST]:
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-def _waits(function: ast.AST) -> bool:
-    """The test makes a thread or an object it waits on: a canary failing before the release
-    could hang it (more-itertools' callback_iter tests), so it gets none."""
-    return any(isinstance(n, ast.Call) and _callee(n) in _WAITS for n in ast.walk(function))
+def _waited(qualified: str) -> bool:
+    """`qualified` (a dotted name) is one of _WAITS, in its module or a submodule of it."""
+    module, _, name = qualified.rpartition(".")
+    return any((module == m or module.startswith(m + ".")) and name in names
+               for m, names in _WAITS.items())
+
+
+class _Imports:
+    """What a module's names stand for, read from its imports (any scope): `alias -> dotted
+    name` (`import threading as t` maps `t` to `threading`; `from threading import Event as E`
+    maps `E` to `threading.Event`), the modules it star-imports, and its own classes that
+    derive from a waited-on class (`class Worker(threading.Thread)`)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.names: dict[str, set[str]] = {}
+        self.stars: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self._bind(alias.asname, alias.name)
+                    else:  # `import a.b` binds `a`
+                        head = alias.name.partition(".")[0]
+                        self._bind(head, head)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.stars.add(node.module)
+                    else:
+                        self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+        self.classes: set[str] = set()
+        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        grew = True
+        while grew:  # subclasses of subclasses, in any order of definition
+            grew = False
+            for node in classes:
+                if node.name not in self.classes and any(self.waits(b) for b in node.bases):
+                    self.classes.add(node.name)
+                    grew = True
+
+    def _bind(self, name: str, target: str) -> None:
+        self.names.setdefault(name, set()).add(target)
+
+    def resolve(self, node: ast.expr) -> set[str]:
+        """The dotted names `node` (a name or an attribute chain) may stand for."""
+        if isinstance(node, ast.Attribute):
+            return {f"{q}.{node.attr}" for q in self.resolve(node.value)}
+        if isinstance(node, ast.Name):
+            found = set(self.names.get(node.id, ()))
+            found.update(f"{m}.{node.id}" for m in self.stars)
+            return found
+        return set()
+
+    def waits(self, node: ast.expr) -> bool:
+        """`node` is a waited-on class of threading, asyncio... or a local subclass of one."""
+        if isinstance(node, ast.Name) and node.id in self.classes:
+            return True
+        return any(_waited(q) for q in self.resolve(node))
+
+
+def _waits(function: ast.AST, imports: _Imports) -> bool:
+    """The test makes a thread or an object it waits on (resolved through the module's
+    imports, see _WAITS): a canary failing before the release could hang it (more-itertools'
+    callback_iter tests), so it gets none."""
+    return any(isinstance(n, ast.Call) and imports.waits(n.func) for n in ast.walk(function))
 
 
 def _almost_tolerance(call: ast.Call) -> float | None:
@@ -574,7 +666,7 @@ def _loop_sites(function: ast.AST, module: _Module) -> list[_Site]:
                 elif isinstance(row, ast.Tuple | ast.List) and len(row.elts) == len(names):
                     constants += _expected(row.elts[index])
             if constants:
-                sites.append(_Site(node, constants, kind="data"))
+                sites.append(_Site(node, constants, kind="data", names=(target.id,)))
     return sites
 
 
@@ -591,7 +683,7 @@ def _local_sites(function: ast.AST) -> list[_Site]:
             name = node.targets[0].id
             constants = _expected(node.value)
             if constants and _only_compared(name, function, compared, loads):
-                sites.append(_Site(node, constants, kind="data"))
+                sites.append(_Site(node, constants, kind="data", names=(name,)))
     return sites
 
 
@@ -662,8 +754,394 @@ def _param_sites(function: ast.AST, module: _Module) -> list[_Site]:
             columns = [_expected(r[index]) for r in rows]  # type: ignore[index]
             if any(columns):
                 sites.append(_Site(call, [c for col in columns for c in col], kind="param",
-                                   param=_Param(columns, ids, last)))
+                                   param=_Param(columns, ids, last), names=(name,)))
     return sites
+
+
+# -- where a test's expected values come from ----------------------------------------------
+# An operand of a comparison is LIT (literal data a canary can change), SOL (the solution's
+# output: a call or reference to it) or DATA (anything else the test computes or receives at
+# run time: an oracle call, a fixture, a non-literal table, a stdlib call on test data). A
+# solution can return a DATA value read from the test (its frame, a profile hook, a patched
+# oracle) and no canary changes it: a test comparing SOL with DATA only gates.
+_LIT, _SOL, _DATA = "lit", "sol", "data"
+# assertion methods whose first two arguments are compared (unittest, numpy.testing...)
+_PAIR_ASSERTS = (set(_UNITTEST_VALUE) | set(_UNITTEST_EQUAL) | set(_UNITTEST_SWAP)
+                 | {"assertNotEqual", "assertNotEquals", "assertNotAlmostEqual",
+                    "assert_equal", "assert_array_equal", "assert_allclose",
+                    "assert_almost_equal", "assert_array_almost_equal", "assert_frame_equal",
+                    "assert_series_equal"}) - {"assertTrue", "assertFalse", "assertIsNone",
+                                               "assertIsNotNone"}
+
+
+def _top(module: str) -> str:
+    return module.partition(".")[0]
+
+
+def _loaded(node: ast.AST) -> Iterator[str]:
+    """Names code uses, `import:M` for modules it imports or runs (`import_module("m")`,
+    `python -m m`, a path `m.py`)."""
+    for child in ast.walk(node):
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            for word in child.value.split():
+                if word.endswith(".py"):
+                    yield f"import:{word.rpartition('/')[2][:-3]}"
+        elif isinstance(child, ast.Call) and _callee(child) in ("import_module", "__import__") \
+                and child.args and isinstance(child.args[0], ast.Constant) and \
+                isinstance(child.args[0].value, str):
+            yield f"import:{_top(child.args[0].value)}"
+        elif isinstance(child, ast.List | ast.Tuple):
+            words = [e.value for e in child.elts if isinstance(e, ast.Constant)]
+            for flag, module in zip(words, words[1:], strict=False):
+                if flag == "-m" and isinstance(module, str):
+                    yield f"import:{_top(module)}"
+        elif isinstance(child, ast.Name):
+            yield child.id
+        elif isinstance(child, ast.Import):
+            yield from (f"import:{_top(a.name)}" for a in child.names)
+        elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+            yield f"import:{_top(child.module)}"
+
+
+class _Origins:
+    """What a test module's own names stand for: solution names (imported from the solution's
+    modules, a dataset adapter's entry points, a star import of a solution module), helpers
+    (its functions and classes; SOL when their body reaches a solution name), imports of
+    other modules and module-level assignments; `self.X` values of its classes."""
+
+    def __init__(self, tree: ast.Module, solution: Collection[str],
+                 fixtures: Mapping[str, bool] | None = None) -> None:
+        self.solution = {_top(m) for m in solution}
+        self.sol_names: set[str] = set()
+        self.imports: dict[str, str] = {}
+        self.defs: dict[str, ast.AST] = {}
+        self.assigns: dict[str, list[ast.expr]] = {}
+        self.star_solution = False
+        self.fixtures: dict[str, bool] = dict(fixtures or {})  # name -> returns SOL
+        own_fixtures: dict[str, ast.AST] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self._import(alias.asname or _top(alias.name), alias.name)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.star_solution |= _top(node.module) in self.solution
+                    else:
+                        self._import(alias.asname or alias.name, node.module)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                self.defs[node.name] = node
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                        "fixture" in ast.unparse(d) for d in node.decorator_list):
+                    own_fixtures[node.name] = node
+            elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            self.assigns.setdefault(name.id, []).append(node.value)
+        # the dataset adapters' tests bind the solution's entry points into the check's namespace
+        if "_rebound" in self.defs:
+            for key in ("ENTRY_POINT", "NAMES"):
+                value = _literal(self.assigns.get(key, [ast.Constant(None)])[0])
+                values = value if isinstance(value, tuple | list) else [value]
+                self.sol_names.update(v for v in values if isinstance(v, str))
+        self.self_attrs: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                        self.self_attrs.setdefault(item.name, []).append(item)
+                    elif isinstance(item, ast.Assign):
+                        for target in item.targets:
+                            if isinstance(target, ast.Name):
+                                self.self_attrs.setdefault(target.id, []).append(item.value)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(
+                            target.value, ast.Name) and target.value.id in ("self", "cls"):
+                        self.self_attrs.setdefault(target.attr, []).append(node.value)
+        self.sol_helpers: set[str] = set()
+        grew = True
+        while grew:  # helpers calling helpers that reach the solution, in any order
+            grew = False
+            for name, node in self.defs.items():
+                if name not in self.sol_helpers and self.reaches(node):
+                    self.sol_helpers.add(name)
+                    grew = True
+        self.fixtures.update((n, n in self.sol_helpers) for n in own_fixtures)
+
+    def _import(self, name: str, module: str) -> None:
+        self.imports[name] = module
+        if _top(module) in self.solution:
+            self.sol_names.add(name)
+
+    def reaches(self, node: ast.AST) -> bool:
+        """The code of `node` names the solution (directly or through a helper)."""
+        for name in _loaded(node):
+            if name.startswith("import:"):
+                if name[len("import:"):] in self.solution:
+                    return True
+            elif name in self.sol_names or name in self.sol_helpers:
+                return True
+            elif any(n.startswith("import:") and n[len("import:"):] in self.solution
+                     for value in self.assigns.get(name, ()) for n in _loaded(value)):
+                return True  # `PROGRAM = "main.py"` run by the helper
+        return False
+
+    def module_name(self, name: str) -> str:
+        """The class of a name the test does not bind itself."""
+        if name in self.sol_names or name in self.sol_helpers:
+            return _SOL
+        if name in self.defs:
+            # a class of the test's own is a type, not a value it could hand over
+            return _LIT if isinstance(self.defs[name], ast.ClassDef) else _DATA
+        if name in self.imports or name in self.assigns:
+            return _DATA  # another module, or a module constant no canary changes
+        if name in _BUILTINS:
+            return _LIT
+        return _SOL if self.star_solution else _DATA
+
+
+class _Judge:
+    """Classifies the comparisons of one test; `why` is set at the first unsafe one."""
+
+    def __init__(self, function: ast.AST, origins: _Origins, literal: Collection[str]) -> None:
+        self.origins = origins
+        self.literal = set(literal)
+        self.bindings: dict[str, list[tuple[str, ast.AST | None]]] = {}
+        self.memo: dict[str, str] = {}
+        self.why = ""
+        self._bind_all(function)
+
+    def _bind(self, name: str, kind: str, value: ast.AST | None) -> None:
+        self.bindings.setdefault(name, []).append((kind, value))
+
+    def _bind_target(self, target: ast.AST, value: ast.AST | None, kind: str = "value") -> None:
+        if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) \
+                and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts, strict=True):
+                self._bind_target(t, v, kind)
+            return
+        for name in ast.walk(target):
+            if isinstance(name, ast.Name):
+                self._bind(name.id, kind, value)
+
+    def _bind_all(self, function: ast.AST) -> None:
+        top = function
+        for node in ast.walk(function):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                if node is not top and not isinstance(node, ast.Lambda):
+                    self._bind(node.name, "def", node)
+                args = node.args
+                for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                            *filter(None, (args.vararg, args.kwarg))]:
+                    if node is top:
+                        kind = "self" if arg.arg in ("self", "cls") else "fixture"
+                    elif getattr(node, "name", "") == "check" and arg.arg == "candidate":
+                        kind = "sol"  # the dataset's check(candidate) contract
+                    else:
+                        kind = "param"
+                    self._bind(arg.arg, kind, None)
+            elif isinstance(node, ast.ClassDef):
+                self._bind(node.name, "def", node)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    self._bind_target(target, node.value)
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and \
+                    node.value is not None:
+                self._bind_target(node.target, node.value)
+            elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+                self._bind_target(node.target, node.iter, "item")
+            elif isinstance(node, ast.With | ast.AsyncWith):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        self._bind_target(item.optional_vars, item.context_expr)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                for alias in node.names:
+                    source = (node.module or "") if isinstance(node, ast.ImportFrom) \
+                        else alias.name
+                    sol = _top(source) in self.origins.solution and not getattr(
+                        node, "level", 0)
+                    self._bind(alias.asname or _top(alias.name), "sol" if sol else "data",
+                               None)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                self._bind(node.name, "data", None)
+
+    def flag(self, node: ast.AST, what: str) -> None:
+        if not self.why:
+            text = ast.unparse(node)
+            text = text if len(text) <= 60 else text[:57] + "..."
+            self.why = f"line {getattr(node, 'lineno', '?')}: `{text}` {what}"
+
+    # -- classes of expressions --------------------------------------------------------------
+    def name(self, name: str) -> str:
+        if name in self.literal:
+            return _LIT
+        if name in self.memo:
+            return self.memo[name]
+        self.memo[name] = _DATA  # a cycle (`x = x + 1`) reads as data
+        bound = self.bindings.get(name)
+        if bound is None:
+            result = self.origins.module_name(name)
+        else:
+            classes = [self._binding(name, kind, value) for kind, value in bound]
+            result = _SOL if all(c == _SOL for c in classes) else _DATA
+        self.memo[name] = result
+        return result
+
+    def _binding(self, name: str, kind: str, value: ast.AST | None) -> str:
+        if kind == "sol":
+            return _SOL
+        if kind == "fixture":  # a fixture returning the solution's object, else data
+            return _SOL if self.origins.fixtures.get(name) else _DATA
+        if kind in ("data", "param", "self") or value is None:
+            return _DATA
+        if kind == "def":
+            assert value is not None
+            if self._reaches(value):
+                return _SOL
+            return _LIT if isinstance(value, ast.ClassDef) else _DATA
+        assert value is not None
+        return self.value(value)  # an assigned value, or the iterable of a loop's item
+
+    def _reaches(self, node: ast.AST) -> bool:
+        return self.origins.reaches(node) or any(
+            self.bindings.get(n) and n not in self.memo and self.name(n) == _SOL
+            for n in _loaded(node) if not n.startswith("import:"))
+
+    def value(self, node: ast.AST) -> str:  # noqa: C901 - one case per expression type
+        if isinstance(node, ast.Constant):
+            return _LIT
+        if isinstance(node, ast.Name):
+            return self.name(node.id)
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                values = self.origins.self_attrs.get(node.attr, [])
+                if not values:
+                    return _DATA
+                classes = [(_SOL if self.origins.reaches(v) else _DATA)
+                           if isinstance(v, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                           else self.value(v) for v in values]
+                return _SOL if all(c == _SOL for c in classes) else _DATA
+            return self.value(node.value)
+        if isinstance(node, ast.Subscript | ast.Starred | ast.Await | ast.NamedExpr):
+            return self.value(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return self.value(node.operand)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.BinOp):
+            return self.combine(node, [node.left, node.right])
+        if isinstance(node, ast.BoolOp):
+            return self.join([self.value(v) for v in node.values])
+        if isinstance(node, ast.IfExp):
+            return self.join([self.value(node.body), self.value(node.orelse)])
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            for left, right in zip(operands, operands[1:], strict=False):
+                self.pair(node, left, right)
+            return self.join([self.value(o) for o in operands])
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            return self.combine(node, node.elts)
+        if isinstance(node, ast.Dict):
+            return self.combine(node, [*filter(None, node.keys), *node.values])
+        if isinstance(node, ast.JoinedStr):
+            return self.combine(node, node.values)
+        if isinstance(node, ast.FormattedValue):
+            return self.value(node.value)
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return self.value(node.elt)
+        if isinstance(node, ast.DictComp):
+            return self.combine(node, [node.key, node.value])
+        if isinstance(node, ast.Lambda):
+            return _SOL if self._reaches(node.body) else _LIT
+        return _DATA
+
+    @staticmethod
+    def join(classes: list[str]) -> str:
+        if _SOL in classes:
+            return _SOL
+        return _DATA if _DATA in classes else _LIT
+
+    def combine(self, node: ast.AST, parts: list[ast.AST]) -> str:
+        """Values combined into one: the solution's output with run-time data is a
+        comparison in disguise (`abs(got - expected)`, `check(got, want)`)."""
+        classes = [self.value(p) for p in parts]
+        if _SOL in classes and _DATA in classes:
+            self.flag(node, "combines the solution's output with a value the test computes "
+                            "at run time")
+        return self.join(classes)
+
+    def call(self, node: ast.Call) -> str:
+        name = _callee(node)
+        if name != "approx" and _expected(node):
+            return _LIT  # a helper of the test applied to literals a canary can change
+        if name == "approx" and node.args:
+            return self.value(node.args[0])
+        if name in _CLOSE_CALLS and len(node.args) >= 2:
+            self.pair(node, node.args[0], node.args[1])
+            return self.join([self.value(a) for a in node.args[:2]])
+        callee = self.value(node.func)
+        if callee == _SOL:
+            return _SOL  # the solution called: its arguments are inputs
+        inner = self.combine(node, [*node.args, *(k.value for k in node.keywords)])
+        if callee == _DATA:
+            return _SOL if inner == _SOL else _DATA
+        return inner  # a builtin, a literal's method: as its arguments
+
+    def pair(self, node: ast.AST, left: ast.AST, right: ast.AST) -> None:
+        a, b = self.value(left), self.value(right)
+        if _LIT in (a, b) or a == b == _SOL:
+            return
+        self.flag(node, "compares the solution's output with a value the test computes at "
+                        "run time (no canary changes it)" if _SOL in (a, b) else
+                  "compares values the test computes at run time (no canary changes them)")
+
+    # -- the assertions of the test ----------------------------------------------------------
+    def judge(self, function: ast.AST) -> str:
+        for node in _own(function):
+            if isinstance(node, ast.Assert):
+                self.value(node.test)
+            elif isinstance(node, ast.If) and any(
+                    isinstance(s, ast.Raise) or isinstance(s, ast.Expr) and isinstance(
+                        s.value, ast.Call) and _callee(s.value) == "fail" for s in node.body):
+                self.value(node.test)  # `if got != want: pytest.fail(...)`
+            elif isinstance(node, ast.Call) and _callee(node) in _PAIR_ASSERTS and \
+                    len(node.args) >= 2:
+                self.pair(node, node.args[0], node.args[1])
+            elif isinstance(node, ast.Call) and _callee(node) in (
+                    "assertTrue", "assertFalse") and node.args:
+                self.value(node.args[0])
+            if self.why:
+                break
+        return self.why
+
+
+def _answer_safety(function: ast.AST, origins: _Origins, sites: Iterable[_Site]) -> str:
+    """'' when every comparison of the test is answer-safe (one operand literal data a canary
+    can change, or both the solution's); else why the test only gates."""
+    literal = {n for site in sites if site.constants for n in site.names}
+    return _Judge(function, origins, literal).judge(function)
+
+
+def _fixtures(sources: Mapping[str, str], solution: Collection[str]) -> dict[str, bool]:
+    """The functions of the hidden conftest files (fixtures), each with whether it reaches
+    the solution (its value is then the solution's)."""
+    found: dict[str, bool] = {}
+    for path, text in sources.items():
+        if not path.endswith("conftest.py"):
+            continue
+        try:
+            tree = parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        origins = _Origins(tree, solution)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found[node.name] = found.get(node.name, True) and \
+                    node.name in origins.sol_helpers
+    return found
 
 
 # -- perturbing one token -------------------------------------------------------------------
@@ -859,6 +1337,7 @@ class _Edit:
     replacement: str
     more: tuple[tuple[int, int, str], ...] = ()
     real: tuple[tuple[int, int, str], ...] = ()
+    site: tuple[int, str] = (-1, "")
 
 
 def _param_edit(source: _Source, site: _Site, rng: random.Random) -> _Edit | None:
@@ -949,21 +1428,24 @@ def _weight(site: _Site) -> int:
     return best
 
 
-def _choose(source: _Source, sites: list[_Site], rng: random.Random) -> _Edit | None:
+def _choose(source: _Source, sites: list[_Site], rng: random.Random,
+            exclude: Collection[tuple[int, str]] = ()) -> _Edit | None:
     """Perturb one site: literals, data tables and exception classes first, else operators,
-    else `not`."""
-    perturbable = [s for s in sites if s.constants or s.raises is not None]
-    swaps = [s for s in sites if s.swap or s.operator is not None]
-    negations = [s for s in sites if s.negate is not None]
-    for mode, group in (("perturb", perturbable), ("swap", swaps), ("negate", negations)):
-        group = list(group)
+    else `not`. A candidate is a site (its index in `sites`) in one mode; those in `exclude`
+    (canaries that calibration found invalid) are never drawn, so each redraw of a test tries
+    a candidate not tried before until none is left."""
+    modes = (("perturb", lambda s: s.constants or s.raises is not None),
+             ("swap", lambda s: s.swap or s.operator is not None),
+             ("negate", lambda s: s.negate is not None))
+    for mode, fits in modes:
+        group = [(i, s) for i, s in enumerate(sites) if fits(s) and (i, mode) not in exclude]
         while group:
-            weights = [_weight(s) if mode == "perturb" else 1 for s in group]
-            site = rng.choices(group, weights)[0]
-            group.remove(site)
+            weights = [_weight(s) if mode == "perturb" else 1 for _, s in group]
+            index, site = rng.choices(group, weights)[0]
+            group.remove((index, site))
             edit = _edit(source, site, rng, mode)
             if edit:
-                return edit
+                return dataclasses.replace(edit, site=(index, mode))
     return None
 
 
@@ -1039,16 +1521,39 @@ def _runs_under_one_id(test_id: str, referenced: set[str]) -> bool:
     return not any(part in referenced for part in test_id.split("::")[1:])
 
 
-def make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int) -> CanarySet:
+def make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int, *,
+                  exclude: Mapping[str, Collection[tuple[int, str]]] | None = None,
+                  only: Collection[str] | None = None,
+                  solution_modules: Collection[str] = ()) -> CanarySet:
     """One canary per test of the given test modules (where one can be made), from `seed`.
 
     Each candidate edit is checked by parsing the edited module, so a canary is always valid
-    Python. Deterministic for a seed: same sources, same seed, same canaries.
+    Python. Deterministic for a seed: same sources, same seed, same canaries. `exclude` maps a
+    test id to candidates (`Canary.site`) it must not use: the redraw of a canary that proved
+    invalid; a test whose candidates are all excluded gets none. `only` limits the canaries
+    made to those test ids (`tests` still lists every test).
+
+    `solution_modules` are the top-level modules the solution may define (`calc`, `pkg`):
+    a test comparing their output with a value it computes at run time (an oracle, a fixture,
+    a table no canary changes) gets a canary with `earns` False (see _answer_safety); that is
+    a property of the test, the same for every seed and redraw.
     """
+    token = _HELPERS.set(frozenset())
+    try:
+        return _make_canaries(sources, paths, seed, exclude or {}, only, solution_modules)
+    finally:
+        _HELPERS.reset(token)
+
+
+def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
+                   exclude: Mapping[str, Collection[tuple[int, str]]],
+                   only: Collection[str] | None, solution_modules: Collection[str]
+                   ) -> CanarySet:
     canaries: dict[str, Canary] = {}
     tests: list[str] = []
     referenced = _referenced_names(sources)
     uses, hooks = _uses(sources)
+    fixtures = _fixtures(sources, solution_modules)
     for path in sorted(paths):
         try:
             tree = parse(sources[path])
@@ -1057,24 +1562,38 @@ def make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int) -
         source = _Source(sources[path])
         statements = _Statements(tree, source)
         module = _Module(tree, uses, hooks)
+        imports = _Imports(tree)
+        origins = _Origins(tree, solution_modules, fixtures)
+        _HELPERS.set(frozenset(  # known only when the solution's modules are
+            name for name, node in origins.defs.items() if solution_modules and
+            isinstance(node, ast.FunctionDef) and name not in origins.sol_helpers))
         for test_id, function, owner in _collected(tree, path):
             tests.append(test_id)
+            if only is not None and test_id not in only:
+                continue
             if not (_runs_under_one_id(test_id, referenced)
-                    and _runs_under_one_id(owner, referenced)) or _waits(function):
+                    and _runs_under_one_id(owner, referenced)) or _waits(function, imports):
                 continue
             rng = random.Random(f"{seed}:{test_id}")
             sites = [*_sites(function), *_local_sites(function), *_loop_sites(function, module),
                      *_param_sites(function, module)]
-            edit = _choose(source, sites, rng)
+            excluded = set(exclude.get(test_id, ()))
+            while True:  # a candidate whose edit does not parse is excluded, the next drawn
+                edit = _choose(source, sites, rng, excluded)
+                if edit is None:
+                    break
+                edits = [(edit.start, edit.end, edit.replacement), *edit.more]
+                if statements.parses(edits) and not (
+                        edit.real and not statements.parses(edit.real)):
+                    break
+                excluded.add(edit.site)
             if edit is None:
                 continue
-            edits = [(edit.start, edit.end, edit.replacement), *edit.more]
-            if not statements.parses(edits) or edit.real and not statements.parses(edit.real):
-                continue
             line = source.data[:edit.start].count(b"\n") + 1
+            why = _answer_safety(function, origins, sites)
             canaries[test_id] = Canary(test_id, path, edit.kind, line, edit.start, edit.end,
                                        source.text(edit.start, edit.end), edit.replacement,
-                                       edit.more, edit.real)
+                                       edit.more, edit.real, edit.site, earns=not why, why=why)
     return CanarySet(canaries, tuple(tests))
 
 

@@ -9,12 +9,15 @@ the real test and fails the canary; a test that passes together with its valid c
 a forgery and zeroes the score.
 
 Per task (content hash) and Grader, a calibration runs once: the reference solution with the
-same canaries (canaries it passes are invalid, their tests become gates) and the untouched
-starter (tests it passes become gates). A canary that hangs the reference's run (it fails
-before the test releases a lock) while the reference passes the real test is dropped and the
-calibration runs again (at most HUNG_CANARY_RETRIES times): that test becomes a gate. No test
-run, a timeout, an incomplete verdict, or a failed calibration all count as failure; the
-machinery's own failures are flagged infra errors.
+same canaries (canaries it passes are invalid, their tests become gates), the untouched
+starter and the null submission (the starter with the files the reference writes emptied):
+tests either passes become gates. A test that would earn but whose canary the reference passed
+gets a canary redrawn from its other candidates (at most CANARY_REDRAWS rounds, one reference
+run each), so whether it earns never hangs on the secret. A canary that hangs the reference's
+run (it fails before the test releases a lock) while the reference passes the real test is
+dropped and the calibration runs again (at most HUNG_CANARY_RETRIES times): that test becomes
+a gate. No test run, a timeout, an incomplete verdict, or a failed calibration all count as
+failure; the machinery's own failures are flagged infra errors.
 """
 
 from __future__ import annotations
@@ -29,9 +32,16 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
+from opd_gym.errors import CalibrationError, GradingError
 from opd_gym.grading import launch
 from opd_gym.grading.canary import CanarySet, Variants, build_variants, make_canaries, seed_for
-from opd_gym.grading.expected import base_id, expected_tests, test_paths
+from opd_gym.grading.expected import (
+    base_id,
+    doctest_sources,
+    expected_tests,
+    in_pytest_order,
+    test_paths,
+)
 from opd_gym.grading.report import PASSING, GradeReport
 from opd_gym.grading.verdict import (
     Calibration,
@@ -55,6 +65,7 @@ GRADE_DIR = launch.GENERIC_DIR
 HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (start-up, pytest)
 VARIANTS = 2  # the harness runs them one after the other, each with the task's timeout
 HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
+CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 
 
 class SandboxSource(Protocol):
@@ -69,13 +80,15 @@ def select_files(task: Task, files: Mapping[str, bytes]) -> tuple[dict[str, byte
     """The agent files to copy into the grading sandbox, and the paths dropped (sorted).
 
     Hidden-test paths are dropped (the variants' copies win anyway, and a stale copy must never
-    confuse a reader of the workspace), and so is our reserved directory.
+    confuse a reader of the workspace), and so is our reserved directory. Doctest sources are
+    kept even when hidden: the agent's module is what their doctests run against.
     """
     keep: dict[str, bytes] = {}
     dropped: list[str] = []
+    doctests = doctest_sources(task)
     for path, data in files.items():
         parts = PurePosixPath(path).parts
-        if path in task.tests or (parts and parts[0] == GRADE_DIR):
+        if (path in task.tests and path not in doctests) or (parts and parts[0] == GRADE_DIR):
             dropped.append(path)
         else:
             keep[path] = data
@@ -91,12 +104,52 @@ def task_key(task: Task) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class _Failed(Exception):
-    """A run that ended before outcomes: carries the report fields saying why."""
+def hidden_files(task: Task, doctests: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The hidden files laid over the workspace in each variant: `task.tests` without the
+    doctest sources (`expected.doctest_sources`), which the harness gets apart."""
+    doctests = doctest_sources(task) if doctests is None else doctests
+    return {path: text for path, text in task.tests.items() if path not in doctests}
+
+
+def solution_modules(task: Task) -> frozenset[str]:
+    """The top-level modules the task's starter and reference files define, as the tests
+    import them: `calc.py` -> calc, `pkg/__init__.py` and `pkg/x.py` -> pkg, `src/pkg/x.py`
+    -> pkg (a `src` layout)."""
+    found: set[str] = set()
+    for path in {**task.files, **task.solution}:
+        parts = PurePosixPath(path).parts
+        if not path.endswith(".py") or not parts:
+            continue
+        if parts[0] == "src" and len(parts) > 1:
+            parts = parts[1:]
+        head = parts[0][:-3] if len(parts) == 1 else parts[0]
+        if head.isidentifier():
+            found.add(head)
+    return frozenset(found)
+
+
+class _Failed(GradingError):
+    """A run that ended before outcomes: carries the report fields saying why (internal:
+    `Grader.calibration` raises it on as the public CalibrationError, `grade` reports it)."""
 
     def __init__(self, **fields: Any) -> None:
         super().__init__(fields.get("reason", ""))
         self.fields = fields
+
+
+def null_submission(task: Task) -> dict[str, str]:
+    """The starter with every file the reference solution changes or adds emptied: a program
+    that does nothing. Calibration runs it; any test it passes is a gate, never earns."""
+    files = dict(task.files)
+    for path, text in task.solution.items():
+        if files.get(path) != text:
+            files[path] = ""
+    return files
+
+
+def _passed(run: Merged) -> frozenset[str]:
+    """The node ids whose real test passed, even in a run cut short."""
+    return frozenset(i for i, (o, _) in run.real.items() if o in PASSING)
 
 
 class Grader:
@@ -127,7 +180,7 @@ class Grader:
         try:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries)
-        except _Failed as failed:
+        except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
             return GradeReport(**fields, duration=time.monotonic() - started)
@@ -138,9 +191,11 @@ class Grader:
         return build_report(merged, calibration, base, time.monotonic() - started)
 
     def calibration(self, task: Task) -> Calibration:
-        """The task's canaries, validated with its reference and starter (cached per hash).
+        """The task's canaries, validated with its reference, starter and null submission
+        (cached per hash).
 
-        Raises _Failed (an infra error) when a calibration run fails; nothing is cached then.
+        Raises CalibrationError (its `fields`: the report's reason, infra_error...) when a
+        calibration run fails; nothing is cached then.
         """
         key = task_key(task)
         with self._lock:
@@ -153,42 +208,122 @@ class Grader:
                 done = self._calibrations.get(key)
             if done is not None:
                 return done
-            done = self._calibrate(task, key)
+            try:
+                done = self._calibrate(task, key)
+            except _Failed as failed:
+                raise CalibrationError(**failed.fields) from None
             with self._lock:
                 self._calibrations[key] = done
             return done
 
     # -- internals ------------------------------------------------------------------------
     def _calibrate(self, task: Task, key: str) -> Calibration:
-        canaries = make_canaries(task.tests, test_paths(task), seed_for(self._secret, key))
-        starter = {p: t.encode() for p, t in task.files.items()}
-        reference = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
-        for attempt in range(HUNG_CANARY_RETRIES + 1):
-            starter_run, _ = self._run(task, select_files(task, starter)[0], canaries,
-                                       calibrating="the untouched starter")
-            # What the starter passed, even in a run cut short: a gate too many never pays.
-            starter_passed = frozenset(
-                i for i, (o, _) in starter_run.real.items() if o in PASSING)
-            if not task.solution:
-                return Calibration(canaries, starter_passed=starter_passed)
-            ref_run, _ = self._run(task, select_files(task, reference)[0], canaries,
-                                   calibrating="the reference solution")
-            hung = {i for i in ref_run.hung_canaries
-                    if ref_run.real.get(i, ("", ""))[0] in PASSING}
-            if not (ref_run.timed_out and hung) or attempt == HUNG_CANARY_RETRIES:
-                break
-            # The reference passes the real test but its canary hung (it failed before the
-            # test released a lock, say): the canary is invalid and goes; the test is a gate.
-            drop = {base_id(i) for i in hung}
-            canaries = dataclasses.replace(canaries, canaries={
-                t: c for t, c in canaries.canaries.items() if t not in drop})
+        """Starter and null submission run once, without canaries (only their real outcomes
+        count: tests they pass are gates); the reference with the drawn canaries; then, for
+        tests that would earn but whose canary the reference passed, redrawn canaries."""
+        seed = seed_for(self._secret, key)
+        paths = test_paths(task)
+        canaries = make_canaries(task.tests, paths, seed,
+                                 solution_modules=solution_modules(task))
+        bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
+
+        def files(texts: Mapping[str, str]) -> dict[str, bytes]:
+            return select_files(task, {p: t.encode() for p, t in texts.items()})[0]
+
+        starter_run, _ = self._run(task, files(task.files), bare,
+                                   calibrating="the untouched starter")
+        # What the starter passed, even in a run cut short: a gate too many never pays.
+        starter_passed = _passed(starter_run)
+        if not task.solution:
+            return Calibration(canaries, starter_passed=starter_passed)
+        null_run, _ = self._run(task, files(null_submission(task)), bare,
+                                calibrating="the null submission")
+        null_passed = _passed(null_run)
+        reference = files({**task.files, **task.solution})
+        ref_run, canaries = self._reference_run(task, reference, canaries,
+                                                "the reference solution")
         if ref_run.reason:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
                                  f"({ref_run.reason})", infra_error=True)
         invalid = frozenset(i for i, o in ref_run.canary.items() if o in PASSING)
         neutral = frozenset(i for i, (o, _) in ref_run.real.items() if o not in PASSING)
+        canaries, invalid = self._redraw(task, reference, seed, canaries, ref_run, invalid,
+                                         neutral | starter_passed | null_passed)
         return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
-                           neutral=neutral, calibrated=True)
+                           null_passed=null_passed, neutral=neutral, calibrated=True,
+                           reference_ids=frozenset(ref_run.real))
+
+    def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
+                       what: str) -> tuple[Merged, CanarySet]:
+        """The reference with `canaries`. A canary that hangs the run while the reference
+        passes its real test (it failed before the test released a lock, say) is invalid: it
+        goes, the test is a gate, and the run is repeated (HUNG_CANARY_RETRIES times at most)."""
+        for attempt in range(HUNG_CANARY_RETRIES + 1):
+            run, _ = self._run(task, reference, canaries, calibrating=what)
+            hung = {i for i in run.hung_canaries if run.real.get(i, ("", ""))[0] in PASSING}
+            if not (run.timed_out and hung) or attempt == HUNG_CANARY_RETRIES:
+                break
+            drop = {base_id(i) for i in hung}
+            canaries = dataclasses.replace(canaries, canaries={
+                t: c for t, c in canaries.canaries.items() if t not in drop})
+        return run, canaries
+
+    def _redraw(self, task: Task, reference: dict[str, bytes], seed: int, canaries: CanarySet,
+                ref_run: Merged, invalid: frozenset[str], gates: frozenset[str]
+                ) -> tuple[CanarySet, frozenset[str]]:
+        """Redraw the canaries the reference passed on tests that would earn with a valid one.
+
+        A test is stuck when the reference passes some of its node ids that are no gate (the
+        starter and the null submission fail them) and its canary is invalid on all of them.
+        Each round draws one more candidate (site and mode) per stuck test, excluding those
+        tried (`make_canaries(exclude=...)`), and checks the new ones in ONE reference run
+        holding only them; a test leaves the rounds when its canary earns, or its candidates
+        are exhausted, or its new canary hung the reference (a gate then). At most
+        CANARY_REDRAWS rounds: whether a test earns depends on its candidates, not on the
+        Grader's secret (which only picks among the valid ones). A round's run that fails
+        ends the rounds with what was validated so far.
+        """
+        nodes: dict[str, list[str]] = {}
+        for nodeid in ref_run.real:
+            nodes.setdefault(base_id(nodeid), []).append(nodeid)
+        chosen = dict(canaries.canaries)
+        invalid_now = set(invalid)
+
+        def stuck(test: str) -> bool:
+            could = [n for n in nodes.get(test, ()) if n not in gates]
+            return bool(could) and all(n in invalid_now for n in could)
+
+        need = sorted(t for t in chosen if stuck(t))
+        exclude: dict[str, set[tuple[int, str]]] = {}
+        for _ in range(CANARY_REDRAWS):
+            if not need:
+                break
+            for test in need:
+                exclude.setdefault(test, set()).add(chosen[test].site)
+            drawn = make_canaries(task.tests, test_paths(task), seed, exclude=exclude,
+                                  only=need, solution_modules=solution_modules(task)).canaries
+            trial = CanarySet({t: drawn[t] for t in need if t in drawn}, canaries.tests)
+            if not trial.canaries:
+                break
+            try:
+                run, kept = self._reference_run(task, reference, trial,
+                                                "the reference solution, canaries redrawn")
+            except _Failed:
+                break
+            if run.reason:
+                break
+            judged = []
+            for test, canary in kept.canaries.items():
+                outcomes = [run.canary.get(n) for n in nodes.get(test, ())]
+                if None in outcomes:
+                    continue  # not judged: the same candidate again next round
+                chosen[test] = canary
+                invalid_now.difference_update(nodes[test])
+                invalid_now.update(n for n, o in zip(nodes[test], outcomes, strict=True)
+                                   if o in PASSING)
+                judged.append(test)
+            need = [t for t in need if t in kept.canaries and (t not in judged or stuck(t))]
+        return dataclasses.replace(canaries, canaries=chosen), frozenset(invalid_now)
 
     def _expected(self, task: Task) -> tuple[set[str], bool]:
         if task.test_ids:
@@ -200,16 +335,18 @@ class Grader:
         """Both variants of the hidden tests on `keep`, merged; _Failed before outcomes."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
-        if not paths:
+        doctests = doctest_sources(task)
+        if not paths and not doctests:
             raise _Failed(reason="the task has no Python test files", infra_error=True)
-        variants = build_variants(task.tests, canaries)
+        # Doctest sources are never laid over the workspace: they go to the harness apart.
+        variants = build_variants(hidden_files(task, doctests), canaries)
         try:
             sandbox = self.sandboxes.acquire()
         except SandboxError as exc:
             raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
         try:
             dropped = self._copy(sandbox, keep, what)
-            raw = self._harness(task, sandbox, paths, variants, what)
+            raw = self._harness(task, sandbox, paths, variants, what, doctests)
         finally:
             self.sandboxes.release(sandbox)
         try:
@@ -243,11 +380,14 @@ class Grader:
         return dropped
 
     def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
-                 what: str) -> bytes:
+                 what: str, doctests: Mapping[str, str] | None = None) -> bytes:
+        doctests = dict(doctests or {})
         request = launch.harness_request(
             workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
-            ini=task.pytest_ini, args=paths, variants=list(variants.files),
+            ini=task.pytest_ini, args=in_pytest_order(task, [*paths, *doctests]),
+            variants=list(variants.files),
             select=task.test_ids or None,  # only these ids run; the others are deselected
+            doctests=doctests,  # their examples come from the pristine text, the code is live
         )
         limit = VARIANTS * task.timeout + HARNESS_MARGIN
         try:
@@ -261,4 +401,7 @@ class Grader:
             raise _Failed(reason=f"{what}{exc}", infra_error=True) from None
 
 
-__all__ = ["GRADE_DIR", "Grader", "SandboxSource", "base_id", "select_files", "task_key"]
+__all__ = [
+    "CANARY_REDRAWS", "GRADE_DIR", "CalibrationError", "Grader", "SandboxSource", "base_id",
+    "null_submission", "select_files", "task_key",
+]

@@ -1,15 +1,15 @@
 """Start the grading harness in a sandbox and collect its verdict bytes.
 
-The harness (`sandbox/grade_harness.py`, request and verdict version 2) runs each variant of
-the hidden tests with the agent's code in one plain pytest process per variant, one variant
-after the other (so a run may take up to `timeout` per variant), and writes one JSON verdict
-line. Docker: the harness is a separate `docker exec` as root (whose only capabilities are to
-start, and kill, processes of other uids) and each variant drops to a uid of its own (the
-agent's + 1 + its index); its request arrives on stdin and its verdict leaves on stdout, a
-stream no process of those uids can open. bubblewrap and local sandboxes cannot
-separate uids without privileges: there the harness runs as the agent's uid through the
-sandbox shell, and the grade is only as trustworthy as the agent is (documented in
-docs/threat-model.md; use Docker for RL).
+The harness (`sandbox/grade_harness.py`, request version 3, verdict version 2) runs each
+variant of the hidden tests with the agent's code in one plain pytest process per variant, one
+after the other (so a run may take up to `timeout` per variant), each in a writable copy of
+the tree of its own, and writes one JSON verdict line. Docker: the harness is a separate
+`docker exec` as root (whose only capabilities are to start, and kill, processes of other
+uids) and each variant drops to a uid of its own (the agent's + 1 + its index); its request
+arrives on stdin and its verdict leaves on stdout, a stream no process of those uids can
+open. bubblewrap and local sandboxes cannot separate uids without privileges: there the
+harness runs as the agent's uid through the sandbox shell, and the grade is only as
+trustworthy as the agent is (documented in docs/threat-model.md; use Docker for RL).
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ from opd_gym.sandboxes import Sandbox, SandboxError, SandboxTimeout
 
 MAX_VERDICT_BYTES = 64 << 20
 GENERIC_DIR = ".opd_grade"
+# The harness starts in a cleared environment with a fixed string-hash seed, and `-P -s`
+# (what `-I` means besides ignoring PYTHON* variables, which would drop the seed too): every
+# variant forks from it, so a suite that parametrizes over a set (ids by iteration order) has
+# the same test ids in every run, the calibration's and plain pytest's reference alike.
+HASH_SEED = "0"
+HARNESS_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               "LANG=C.UTF-8", f"PYTHONHASHSEED={HASH_SEED}")
 
 
 @cache
@@ -39,23 +46,29 @@ def harness_source() -> str:
 def harness_request(
     workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
     ini: str | None, args: Sequence[str], select: Sequence[str] | None = None,
+    doctests: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What the harness reads on stdin (request version 2).
+    """What the harness reads on stdin (request version 3).
 
     `workspace`: the agent's files in the sandbox; `uid`: the agent's uid (None: run as the
     harness's own uid, bwrap/local); `timeout`: seconds each variant's pytest run may take;
     `variants`: per variant (1 to 4), the hidden test files ({relative path: text}) laid
     over a copy of the workspace; `ini`: the task's ini text for `-c` (None: an empty
-    `[pytest]`); `args`: pytest arguments relative to the tree root (test paths, options).
-    The harness itself adds `-c`, `--rootdir` and `--confcutdir` (the tree),
-    `-p no:cacheprovider` and `--continue-on-collection-errors`. `select`: when given, the
-    exact node ids to run (e.g. a repository task's FAIL_TO_PASS + PASS_TO_PASS); every other
-    collected test is deselected, and an id that is not collected simply does not run.
+    `[pytest]`); `args`: pytest arguments relative to the tree root (test paths, doctest
+    sources, options). The harness itself adds `-c`, `--rootdir` and `--confcutdir` (the
+    tree), `-p no:cacheprovider` and `--continue-on-collection-errors`. `select`: when given,
+    the exact node ids to run (e.g. a repository task's FAIL_TO_PASS + PASS_TO_PASS); every
+    other collected test is deselected, and an id that is not collected simply does not run.
+    `doctests`: {path: pristine text} of package modules whose doctests are hidden tests
+    (`--doctest-modules` in the ini; see `expected.doctest_sources`): never laid over the
+    workspace, the agent's module stays and is what runs; the examples come from the pristine
+    docstrings. Version 3 added `doctests` (and each variant's tree became writable).
     """
     return {
-        "version": 2, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
+        "version": 3, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
         "ini": ini, "args": [str(a) for a in args],
         "select": None if select is None else [str(i) for i in select],
+        "doctests": {str(p): str(t) for p, t in (doctests or {}).items()},
         "variants": [{"files": dict(files)} for files in variants],
     }
 
@@ -63,18 +76,22 @@ def harness_request(
 def run_harness_here(
     workspace: str | os.PathLike[str], variants: Sequence[Mapping[str, str]], *,
     ini: str | None = None, args: Sequence[str] = (), timeout: float = 60.0,
-    select: Sequence[str] | None = None,
+    select: Sequence[str] | None = None, doctests: Mapping[str, str] | None = None,
 ) -> bytes:
     """Run the harness as a plain local process on a workspace directory (no isolation).
 
     For task authors and the suite's own checks: the same harness and protocol as in a
-    sandbox, with the agent's code under this process's uid. Never for untrusted code.
-    Returns the harness's stdout (the verdict is its last line).
+    sandbox (request version 3, see `harness_request` for `select` and `doctests`), with the
+    agent's code under this process's uid. Never for untrusted code. Returns the harness's
+    stdout (the verdict is its last line).
     """
-    request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args, select)
+    request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args, select,
+                              doctests)
+    env = dict(item.split("=", 1) for item in HARNESS_ENV)
+    env["PATH"] = os.environ.get("PATH", env["PATH"])
     proc = subprocess.run(
-        [sys.executable, "-I", "-c", harness_source()], input=json.dumps(request).encode(),
-        capture_output=True, timeout=len(variants) * timeout + 60, check=False,
+        [sys.executable, "-P", "-s", "-c", harness_source()], input=json.dumps(request).encode(),
+        capture_output=True, timeout=len(variants) * timeout + 60, check=False, env=env,
     )
     if not proc.stdout.strip():
         raise SandboxError(f"the grading harness failed: {proc.stderr[-1500:].decode()}")
@@ -101,7 +118,8 @@ def run_harness(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> by
 def _docker_exec(sandbox: Any, request: dict[str, Any], timeout: float) -> bytes:
     payload = json.dumps(request).encode("utf-8", "surrogatepass")
     out, diagnostics, _ = sandbox.exec_with_input(
-        ["python3", "-I", "-c", harness_source()], payload, user="0:0", workdir="/",
+        ["env", "-i", *HARNESS_ENV, "python3", "-P", "-s", "-c", harness_source()], payload,
+        user="0:0", workdir="/",
         timeout=timeout, max_output=MAX_VERDICT_BYTES, what="the test run")
     if len(out) > MAX_VERDICT_BYTES:
         raise SandboxError("the grading harness's output is oversized")
@@ -118,7 +136,8 @@ def _through_shell(sandbox: Sandbox, request: dict[str, Any], timeout: float) ->
     q = shlex.quote
     command = (
         f"cd / && exec 3< {q(folder + '/request.json')} && rm -f {q(folder + '/request.json')}"
-        f" && env -i PATH=\"$PATH\" LANG=C.UTF-8 python3 -I {q(folder + '/harness.py')} <&3"
+        f" && env -i PATH=\"$PATH\" LANG=C.UTF-8 PYTHONHASHSEED={HASH_SEED} python3 -P -s"
+        f" {q(folder + '/harness.py')} <&3"
         f" > {q(folder + '/verdict.json')} 2> {q(folder + '/harness.log')}"
     )
     result = sandbox.run(command, timeout=timeout)

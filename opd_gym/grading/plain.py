@@ -134,8 +134,10 @@ def run_plain(image: str, files: Mapping[str, bytes], ini: str | None,
         files["pytest.ini"] = ini.encode()
     with container(image) as name:
         put_files(name, files)
+        # a fixed string-hash seed, as the grader's harness has: test ids that follow a set's
+        # iteration order (a parametrize over a set) are then the same in both
         code, wall, output = exec_pytest(name, [f"--report-log={REPORT}", *args],
-                                         timeout=timeout)
+                                         timeout=timeout, env={"PYTHONHASHSEED": "0"})
         log = _docker("exec", name, "cat", REPORT).decode().splitlines()
     outcomes, collect_errors = outcomes_from_reportlog(log)
     return PlainRun(outcomes, collect_errors, code, wall, output[-4000:])

@@ -160,12 +160,15 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
 
 @dataclass(frozen=True)
 class Calibration:
-    """What the reference solution and the untouched starter showed about a task's tests.
+    """What the reference solution, the untouched starter and the null submission showed
+    about a task's tests.
 
     `invalid`: node ids whose canary the reference passes (a useless canary: the test becomes
-    a gate); `starter_passed`: node ids the starter passes (gates); `neutral`: node ids the
-    reference does not pass (skipped, xfailed or failing: they neither earn nor fail);
-    `calibrated`: a reference solution was run.
+    a gate); `starter_passed`: node ids the starter passes (gates); `null_passed`: node ids
+    the null submission passes (the starter with every file the reference changes or adds
+    emptied: a program that does nothing; gates too); `neutral`: node ids the reference does
+    not pass (skipped, xfailed or failing: they neither earn nor fail); `calibrated`: a
+    reference solution was run; `reference_ids`: the node ids its run reported.
     """
 
     canaries: CanarySet
@@ -173,6 +176,22 @@ class Calibration:
     starter_passed: frozenset[str] = frozenset()
     neutral: frozenset[str] = frozenset()
     calibrated: bool = False
+    null_passed: frozenset[str] = frozenset()
+    reference_ids: frozenset[str] = frozenset()
+
+    @property
+    def earning(self) -> frozenset[str]:
+        """The node ids that earn (empty: the task cannot be verified)."""
+        return frozenset(i for i in self.reference_ids if self.earns(i))
+
+    def earns(self, nodeid: str) -> bool:
+        """The test earns: a valid canary, passed by the reference, failed by the starter
+        and by the null submission, and every expectation of the test one a canary can
+        change (`Canary.earns`: no answer the solution could read from the test)."""
+        canary = self.canaries.canaries.get(base_id(nodeid))
+        return (canary is not None and canary.earns and nodeid not in self.invalid
+                and nodeid not in self.neutral and nodeid not in self.starter_passed
+                and nodeid not in self.null_passed)
 
 
 def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, Any],
@@ -188,7 +207,7 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
         valid = base_id(nodeid) in canaries and nodeid not in calibration.invalid
         canary = merged.canary.get(nodeid, "")
         neutral = nodeid in calibration.neutral
-        earns = valid and not neutral and nodeid not in calibration.starter_passed
+        earns = calibration.earns(nodeid)
         canaried += valid
         if valid and canary in PASSING and outcome in PASSING:
             # A contradiction: no code passes `x == E` and `x == E'` honestly. A canary passed
@@ -212,7 +231,7 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
                   "honestly (forged result)")
     if not reason and not earning:
         reason = ("the task cannot be verified: no hidden test both has a valid canary and "
-                  "fails on the untouched starter")
+                  "fails on the untouched starter and on an empty solution")
     failed_run = bool(merged.reason)
     return GradeReport(
         **base, passed=0 if failed_run else counts["passed"], failed=counts["failed"],

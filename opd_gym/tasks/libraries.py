@@ -33,7 +33,7 @@ class Library:
     version: str
     sha256: str
     test_dirs: tuple[str, ...]  # directories or single files, relative to the project root
-    ini: str
+    ini: str | None  # None: the project's own configuration, read and adapted by check-suite
     note: str = ""  # how `ini` differs from the project's own configuration, and why
 
     @property
@@ -51,7 +51,12 @@ class LibrarySource:
 
     @property
     def ini(self) -> str:
-        return self.library.ini
+        """The curated ini, else the project's own settings (any file pytest reads them from)."""
+        if self.library.ini is not None:
+            return self.library.ini
+        from opd_gym.tasks.pytest_config import read_pytest_config
+
+        return read_pytest_config({**self.workspace, **self.tests}).ini
 
 
 LIBRARIES: tuple[Library, ...] = (
@@ -123,6 +128,66 @@ LIBRARIES: tuple[Library, ...] = (
         "[pytest]\npythonpath = src\ntestpaths = tests\n",
         "no pytest configuration upstream (tox adds --cov); pythonpath = src stands in for "
         "installing the src-layout package; testpaths added",
+    ),
+    # The libraries below were added for suite shapes the six above lack (issue 29 point 3);
+    # their settings are the project's own (ini None), read and adapted as check-suite does,
+    # unless the project keeps them only in tox's command line (then given here, noted).
+    Library(
+        "boltons",
+        "26.2.0",
+        "d39cfd15c1a1c3bd4d705c82252fa9edb8e4f5e8cc039f8e39afac7b1b47e92c",
+        ("tests",),
+        "[pytest]\n"
+        "addopts = --doctest-modules\n"
+        "testpaths = boltons tests\n"
+        "doctest_optionflags =\n"
+        "    ALLOW_UNICODE\n    ELLIPSIS\n    IGNORE_EXCEPTION_DETAIL\n    NORMALIZE_WHITESPACE\n",
+        "doctests in its package modules: tox runs `pytest --doctest-modules boltons tests`; "
+        "pyproject's [tool.pytest.ini_options] (doctest_optionflags) with that addopts",
+    ),
+    Library(
+        "tabulate",
+        "0.10.0",
+        "e2cfde8f79420f6deeffdeda9aaec3b6bc5abce947655d17ac662b126e48a60d",
+        ("test",),
+        "[pytest]\naddopts = --doctest-modules --ignore benchmark\ntestpaths = tabulate test\n",
+        "doctests in a package __init__: tox runs `pytest --doctest-modules --ignore "
+        "benchmark`; testpaths added",
+    ),
+    Library(
+        "semver",
+        "3.1.2",
+        "bea193552413194252d33ff26ce0962b76669bd1c6fb17e8e203ac37f072feaf",
+        ("tests", "docs"),
+        None,
+        "src layout, `.pytest.ini` with --import-mode=importlib, pythonpath = src tests, "
+        "text doctests in docs/*.rst, conftest doctest_namespace fixtures; pytest-cov "
+        "options dropped",
+    ),
+    Library(
+        "isodate",
+        "0.7.2",
+        "4cd1aa0f43ca76f4a6c6c0292a85f40b35ec2e43e315b59f06e6d32171a953e6",
+        ("tests",),
+        None,
+        "src layout uninstalled (pythonpath = src added), filterwarnings = error",
+    ),
+    Library(
+        "pyflakes",
+        "4.1.0",
+        "592beb57058eb82eb190fb7514f2081c555c51000b029ff71286a681e6cf2f83",
+        ("pyflakes/test",),
+        None,
+        "tests inside the package (pyflakes/test, a helper module beside them); no pytest "
+        "configuration upstream",
+    ),
+    Library(
+        "sqlparse",
+        "0.6.1",
+        "ca722573f848ff2d30e40ea30f53a104b7dea7635ea9285891263eb2c58fb6e7",
+        ("tests",),
+        None,
+        "conftest fixtures reading data files from the tests folder",
     ),
 )
 
@@ -217,11 +282,13 @@ def unpack(lib: Library, cache: Path | None = None) -> LibrarySource:
             handle = tar.extractfile(member)
             assert handle is not None  # isfile() members always have data
             data = handle.read()
-            if _in_suite(lib, rel):
-                try:
-                    tests[rel] = data.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DatasetError(f"{archive.name}: test file {rel} is not UTF-8") from exc
+            try:
+                text = data.decode("utf-8") if _in_suite(lib, rel) else None
+            except UnicodeDecodeError:
+                text = None  # binary data of the suite (an inventory, an image): read, never
+                # run, so it stays in the workspace beside the code
+            if text is not None:
+                tests[rel] = text
             else:
                 workspace[rel] = data
     if not tests:

@@ -92,7 +92,7 @@ class Project:
 def project_from_library(lib: Library) -> Project:
     """A pinned library from the sdist cache (DatasetError says to run setup when missing)."""
     src = unpack(lib)
-    return Project(lib.name, lib.version, src.workspace, src.tests, lib.ini,
+    return Project(lib.name, lib.version, src.workspace, src.tests, src.ini,
                    {"kind": "library", "name": lib.name})
 
 
@@ -148,7 +148,7 @@ def project_from_dir(root: Path) -> Project:
     workspace, tests, roots = _split_suite(root.name, files)
     workspace.pop("pytest.ini", None)
     return Project(root.name, "local", workspace, tests, _ini_for(files, roots),
-                   {"kind": "dir", "path": str(root)})
+                   {"kind": "dir", "path": str(root.resolve())})
 
 
 def project_from_sdist(path: Path) -> Project:
@@ -171,7 +171,7 @@ def project_from_sdist(path: Path) -> Project:
     workspace.pop("pytest.ini", None)
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     return Project(name or stem, version or "unknown", workspace, tests, _ini_for(files, roots),
-                   {"kind": "sdist", "path": str(path), "sha256": sha})
+                   {"kind": "sdist", "path": str(path.resolve()), "sha256": sha})
 
 
 def resolve_project(source: str) -> Project:
@@ -203,6 +203,8 @@ def project_from_source(source: Mapping[str, str]) -> Project:
             raise DatasetError(f"{source['path']}: sha256 differs from the manifest's")
         return project
     if kind == "dir":
+        if not Path(source["path"]).is_dir():
+            raise DatasetError(f"the project folder {source['path']!r} does not exist")
         return project_from_dir(Path(source["path"]))
     raise DatasetError(f"unknown project source {dict(source)!r} in a manifest")
 
@@ -513,7 +515,8 @@ def run_suite(sandbox: Any, args: Sequence[str] = (), timeout: float = RUN_TIMEO
     """`python3 -m pytest` in the sandbox's workspace (files already there), per-test outcomes
     from pytest-reportlog as tests/grading/plain_pytest.py reads them."""
     quoted = " ".join(shlex.quote(a) for a in args)
-    command = (f"rm -f {REPORT} {OUTCOMES}; PYTHONDONTWRITEBYTECODE=1 python3 -m pytest "
+    command = (f"rm -f {REPORT} {OUTCOMES}; PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 "
+               "python3 -m pytest "
                f"-p no:cacheprovider -q --tb=native --report-log={REPORT} {quoted} "
                ">/dev/null 2>&1; "
                f"python3 -c {shlex.quote(_SUMMARY)} {REPORT} {OUTCOMES}")
@@ -1002,10 +1005,44 @@ def write_manifest(path: Path, project: Project, records: Sequence[Mapping[str, 
 
 def load_manifest(path: Path) -> list[Task]:
     """The tasks of a manifest written by `tasks synth` (projects rebuilt from their source)."""
-    data = read_manifest(path)
-    projects = {name: project_from_source(info["source"])
-                for name, info in data["projects"].items()}
-    return [build_task(projects[r["project"]], r) for r in data["tasks"]]
+    return manifest_tasks(read_manifest(path), str(path))
+
+
+def is_manifest(data: Any) -> bool:
+    """Whether parsed JSON is a synthesis manifest (`write_manifest`, the `repo` suite's):
+    a `version`, a `projects` table and `tasks` records that each name a `mutation`."""
+    return (isinstance(data, Mapping) and "version" in data
+            and isinstance(data.get("projects"), Mapping) and isinstance(data.get("tasks"), list)
+            and all(isinstance(r, Mapping) and "mutation" in r for r in data["tasks"]))
+
+
+def manifest_tasks(data: Mapping[str, Any], where: str = "manifest") -> list[Task]:
+    """The tasks of a parsed manifest (its version checked, each project rebuilt once);
+    DatasetError names the manifest, the project or the task that cannot be rebuilt."""
+    if data.get("version") != MANIFEST_VERSION:
+        raise DatasetError(f"{where}: manifest version {data.get('version')!r}, "
+                           f"expected {MANIFEST_VERSION}")
+    projects: dict[str, Project] = {}
+    for name, info in data["projects"].items():
+        source = info.get("source") if isinstance(info, Mapping) else None
+        if not isinstance(source, Mapping):
+            raise DatasetError(f"{where}: project {name!r} names no source")
+        try:
+            projects[name] = project_from_source(source)
+        except DatasetError as exc:
+            raise DatasetError(f"{where}: project {name!r}: {exc}") from None
+    tasks = []
+    for number, record in enumerate(data["tasks"], 1):
+        label = f"{where}: task {number} ({record.get('id', '?')!r})"
+        project = projects.get(record.get("project"))
+        if project is None:
+            raise DatasetError(f"{label}: project {record.get('project')!r} is not in the "
+                               "manifest's projects")
+        try:
+            tasks.append(build_task(project, record))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DatasetError(f"{label}: {exc}") from None
+    return tasks
 
 
 def read_manifest(path: Path) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Check that a task's hidden tests pay for solving it, and for nothing else.
 
-Three gradings per task: the untouched starter must score 0, the reference solution 1.0, and
+Three gradings per task: the untouched starter must score 0, the reference solution 1.0 (a
+task without any earning test, which pays 0 for every answer, fails as "cannot be verified"), and
 a well-formed wrong answer (the reference with its answers perturbed: every value a public
 function or method returns, every value printed or written, changed to a different value of
 the same type; an answer file's numbers and words changed in place) below 0.5. A wrong answer
@@ -281,6 +282,8 @@ def judge(task: Task, reference: Grades | None, starter: Grades, wrong: Grades |
     problems: list[str] = []
     if reference is None or wrong is None:
         problems.append("no reference solution")
+    elif unverifiable(reference):
+        problems.append(f"cannot be verified: {UNVERIFIABLE}")
     elif reference.total == 0:
         problems.append(f"no test ran on the reference ({reference.reason or 'collection?'})")
     elif reference.score < 1.0:
@@ -291,6 +294,18 @@ def judge(task: Task, reference: Grades | None, starter: Grades, wrong: Grades |
     if wrong is not None and wrong.score >= WRONG_LIMIT:
         problems.append(f"tests check format only: a wrong answer scores {wrong.score:.2f}")
     return TaskCheck(task.id, reference, starter, wrong, tuple(problems))
+
+
+UNVERIFIABLE = ("no earning test (none has a valid canary, passes on the reference and "
+                "fails on both the untouched starter and an empty solution): every grade is 0")
+
+
+def unverifiable(reference: Grades) -> bool:
+    """The reference's grade shows a task without any earning test (it scores 0 for all)."""
+    earning = getattr(reference, "earning", None)
+    reason = reference.reason or ""
+    return earning == 0 and reference.total > 0 and (
+        not reason or reason.startswith("the task cannot be verified"))
 
 
 GradeFn = Callable[[Task, Mapping[str, bytes]], Grades]
@@ -342,6 +357,7 @@ def table_row(check: TaskCheck, width: int) -> str:
 
 
 __all__ = [
+    "UNVERIFIABLE",
     "WRONG_LIMIT",
     "TaskCheck",
     "check_tasks",
@@ -350,5 +366,6 @@ __all__ = [
     "perturb_text",
     "table_header",
     "table_row",
+    "unverifiable",
     "wrong_answer",
 ]

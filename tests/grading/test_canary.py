@@ -500,3 +500,157 @@ def test_unittest_assertions_get_canaries_where_one_id_runs_them():
     assert seen["AddTests::test_not_in"] == {("operator", "assertNotIn", "assertIn")}
     assert {k for k, _, _ in seen["AddTests::test_list"]} == {"literal"}
     assert {k for k, _, _ in seen["MixedTests::test_own"]} == {"literal"}
+
+
+# -- redraws: a canary that proved invalid is drawn again from the test's other candidates ---
+REDRAW = '''\
+from calc import add
+
+
+def test_many():
+    result = add(1, 2)
+    if result == 99:
+        assert result == 99
+    assert result > 0
+    assert add(2, 2) == 4
+
+
+def test_one():
+    assert add(0, 0) == 0
+'''
+
+
+def test_excluded_candidates_are_never_drawn_until_none_is_left():
+    sources = {"test_x.py": REDRAW}
+    for seed in range(10):
+        exclude: dict[str, set] = {}
+        seen = []
+        while True:
+            canaries = make_canaries(sources, ["test_x.py"], seed, exclude=exclude,
+                                     only=["test_x.py::test_many"])
+            assert set(canaries.tests) == {"test_x.py::test_many", "test_x.py::test_one"}
+            canary = canaries.canaries.get("test_x.py::test_many")
+            assert "test_x.py::test_one" not in canaries.canaries  # `only`
+            if canary is None:
+                break
+            assert canary.site not in exclude.get(canary.test_id, ())
+            seen.append(canary.site)
+            exclude.setdefault(canary.test_id, set()).add(canary.site)
+        # three assertions: each perturbed and each complemented, every one tried once
+        assert sorted(seen) == [(0, "perturb"), (0, "swap"), (1, "swap"), (2, "perturb"),
+                                (2, "swap")], seed
+        # without exclusions the draw is the one it always was
+        plain = make_canaries(sources, ["test_x.py"], seed)
+        assert plain.canaries["test_x.py::test_many"].site == seen[0]
+
+
+# -- waits: only what the imports say is threading's (asyncio's...) silences a canary -------
+OWN_TIMER = '''\
+from calc import add
+
+
+class Timer:
+    """The suite's own fake clock: nothing waits on it."""
+
+    def __init__(self):
+        self.now = 0
+
+    def tick(self):
+        self.now += 1
+
+
+class Event:
+    pass
+
+
+def test_with_fake_timer():
+    timer = Timer()
+    timer.tick()
+    assert add(timer.now, 1) == 2
+
+
+def test_with_own_event():
+    Event()
+    assert add(1, 1) == 2
+
+
+def test_with_module_attribute():
+    import sched
+    sched.Event = Event
+    assert add(2, 3) == 5
+'''
+
+REAL_WAITS = '''\
+import asyncio.locks
+import queue as Q
+import threading as t
+from concurrent import futures
+from threading import *
+from threading import Event as Latch
+
+from calc import add
+
+
+class Worker(t.Thread):
+    pass
+
+
+class Nested(Worker):
+    pass
+
+
+def test_alias_module():
+    gate = t.Event()
+    assert add(1, 2) == 3
+    gate.set()
+
+
+def test_alias_name():
+    gate = Latch()
+    assert add(1, 2) == 3
+    gate.set()
+
+
+def test_star():
+    Barrier(1)
+    assert add(1, 2) == 3
+
+
+def test_subclass():
+    Nested()
+    assert add(1, 2) == 3
+
+
+def test_submodule():
+    asyncio.locks.Event()
+    assert add(1, 2) == 3
+
+
+def test_futures_and_queues():
+    futures.Future()
+    Q.Queue()
+    assert add(1, 2) == 3
+
+
+def test_local_import():
+    import multiprocessing as mp
+    mp.Event()
+    assert add(1, 2) == 3
+
+
+def test_no_wait():
+    assert add(1, 2) == 3
+'''
+
+
+def test_a_suites_own_timer_or_event_class_gets_canaries():
+    canaries = make_canaries({"test_own.py": OWN_TIMER}, ["test_own.py"], 3)
+    assert set(canaries.canaries) == {"test_own.py::test_with_fake_timer",
+                                      "test_own.py::test_with_own_event",
+                                      "test_own.py::test_with_module_attribute"}
+
+
+def test_real_waits_resolved_through_imports_get_no_canary():
+    canaries = make_canaries({"test_waits.py": REAL_WAITS}, ["test_waits.py"], 3)
+    assert set(canaries.canaries) == {"test_waits.py::test_no_wait"}
+    assert len(canaries.tests) == 8

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from opd_gym.grading import (
@@ -256,8 +258,10 @@ def test_starter_passing_tests_are_gates(grader, make_task):
 
 
 def test_a_canary_the_reference_passes_is_invalid(grader, make_task):
+    # every candidate of test_unreached (perturb or complement its one assertion) is unreached:
+    # its redraws run out and it stays a gate (test_an_invalid_canary_is_redrawn_...: one left)
     tests = ("from calc import add\n\ndef test_unreached():\n    result = add(1, 2)\n"
-             "    if result == 99:\n        assert result == 99\n    assert result > 0\n\n"
+             "    if result == 99:\n        assert result == 99\n\n"
              "def test_add():\n    assert add(2, 3) == 5\n")
     task = make_task(tests={"test_calc.py": tests})
     report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
@@ -286,9 +290,10 @@ def test_calibration_runs_once_per_task_even_when_grades_race(local_pool, toy_ta
     with ThreadPoolExecutor(3) as workers:
         reports = list(workers.map(lambda _: grader.grade(toy_task, files), range(3)))
     assert [r.score for r in reports] == [1.0, 1.0, 1.0]
-    assert source.acquired == 2 + 3  # starter + reference once, then one run per grade
+    # starter, null submission and reference once, then one run per grade
+    assert source.acquired == 3 + 3
     grader.grade(toy_task, files)
-    assert source.acquired == 6
+    assert source.acquired == 7
 
 
 def test_calibration_failure_is_an_infra_error(grader, make_task):
@@ -401,3 +406,300 @@ def test_broken_upstream():
 def test_zero():
     assert add(0, 0) == 0
 '''
+
+
+# -- doctests of package modules and writes in the cwd (issue: real project layouts) -------
+def src_doctest_task():
+    """The src-layout package of test_harness.py as a task: a bug in add(), its doctests
+    (from the reference tree) and a test module hidden, plus a module caching in its cwd."""
+    from test_harness import CWD_SOLUTION, CWD_TESTS, SRC_INI, SRC_PROJECT, SRC_TESTS
+
+    from opd_gym.tasks import Task
+
+    core = SRC_PROJECT["src/pkg/core.py"]
+    ids = ("src/pkg/__init__.py::pkg", "src/pkg/core.py::pkg.core.Box",
+           "src/pkg/core.py::pkg.core.Box.double", "src/pkg/core.py::pkg.core.Box.twice",
+           "src/pkg/core.py::pkg.core.add", "src/pkg/time.py::pkg.time.now",
+           "tests/test_core.py::test_add", "tests/test_core.py::test_clock",
+           "tests/test_m.py::test_cache_in_cwd")
+    return Task(
+        id="src_doctests", prompt="Fix add() in src/pkg/core.py.",
+        files={**SRC_PROJECT, "src/pkg/core.py": core.replace("return a + b", "return a - b"),
+               "memo.py": CWD_SOLUTION},
+        tests={**SRC_TESTS, "tests/test_m.py": CWD_TESTS},
+        solution={"src/pkg/core.py": core}, pytest_ini=SRC_INI, test_ids=ids, timeout=60.0)
+
+
+def test_doctest_sources_are_read_from_the_ids_and_kept_in_the_workspace():
+    from opd_gym.grading.expected import doctest_sources
+    from opd_gym.grading.expected import test_paths as hidden_test_paths
+    from opd_gym.grading.grader import hidden_files
+
+    task = src_doctest_task()
+    sources = doctest_sources(task)
+    assert sorted(sources) == ["src/pkg/__init__.py", "src/pkg/core.py", "src/pkg/time.py"]
+    assert "return a + b" in sources["src/pkg/core.py"]  # pristine: the reference's text
+    assert hidden_test_paths(task) == ["tests/test_core.py", "tests/test_m.py"]
+    hidden = dataclasses.replace(task, tests={**task.tests, "src/pkg/time.py": "# hidden\n"})
+    assert doctest_sources(hidden)["src/pkg/time.py"] == "# hidden\n"  # task.tests first
+    assert "src/pkg/time.py" not in hidden_files(hidden)  # never laid over the workspace
+    keep, dropped = select_files(hidden, {"src/pkg/time.py": b"x", "tests/test_m.py": b"y"})
+    assert keep == {"src/pkg/time.py": b"x"} and dropped == ["tests/test_m.py"]
+
+
+def _graded(grader, task, core):
+    files = {**task.files, "src/pkg/core.py": core}
+    return grader.grade(task, {p: t.encode() for p, t in files.items()})
+
+
+def _check_doctest_task_grades(grader):
+    task = src_doctest_task()
+    core = task.solution["src/pkg/core.py"]
+    honest = _graded(grader, task, core)
+    assert honest.reason == "" and honest.score == 1.0, (honest.reason, honest.output)
+    assert {t.outcome for t in honest.tests} == {"passed"} and len(honest.tests) == 9
+    buggy = task.files["src/pkg/core.py"]
+    lying = buggy.replace(">>> add(2, 3)\n    5", ">>> add(2, 3)\n    -1")
+    assert lying != buggy
+    report = _graded(grader, task, lying)
+    assert report.score == 0.0
+    failed = {t.name for t in report.tests if t.outcome == "failed"}
+    assert "src.pkg.core::pkg.core.add" in failed, failed
+
+
+def test_a_task_with_doctests_and_cwd_writes_grades_like_plain_pytest(grader):
+    _check_doctest_task_grades(grader)
+
+
+@pytest.mark.docker
+def test_docker_a_task_with_doctests_and_cwd_writes_grades_like_plain_pytest():
+    from opd_gym.sandboxes import make_pool
+
+    pool = make_pool("docker", size=1)
+    try:
+        _check_doctest_task_grades(Grader(pool))
+    finally:
+        pool.close()
+
+
+# -- verifiable by construction, nothing for nothing, public errors --------------------------
+REDRAWN_TESTS = '''\
+from calc import add
+
+
+def test_unreached_first():
+    result = add(1, 2)
+    if result == 99:
+        assert result == 99
+    if result == 98:
+        assert result == 98
+    assert result > 0
+
+
+def test_add():
+    assert add(2, 3) == 5
+'''
+
+
+def _secret(grader, number):
+    """A Grader with a fixed secret (a reproducible draw of canaries)."""
+    import hashlib
+
+    grader._secret = hashlib.sha256(f"secret-{number}".encode()).digest()
+    return grader
+
+
+def test_an_invalid_canary_is_redrawn_so_every_secret_earns_the_same(local_pool, make_task):
+    # test_unreached_first has five candidates, four unreached: which one a secret draws first
+    # decides nothing, the redraws find the reachable `result > 0` (its complement)
+    task = make_task(tests={"test_calc.py": REDRAWN_TESTS})
+    earning = set()
+    for number in range(3):
+        grader = _secret(Grader(local_pool), number)
+        calibration = grader.calibration(task)
+        assert calibration.calibrated
+        canary = calibration.canaries.canaries["test_calc.py::test_unreached_first"]
+        assert (canary.original, canary.replacement) == (">", "<="), canary
+        earning.add(calibration.earning)
+        report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+        assert report.score == 1.0 and report.earning == 2, report
+        wrong = grader.grade(task, {"calc.py": b"def add(a, b):\n    return -1\n"})
+        assert wrong.score == 0.0 and wrong.forgery == ()
+    assert earning == {frozenset({"test_calc.py::test_unreached_first",
+                                  "test_calc.py::test_add"})}
+
+
+UNRESOLVED_WAIT_TESTS = '''\
+import _thread
+import time
+
+from calc import add
+
+
+class Flag:
+    """The suite's own latch: no import says it waits, so its test gets a canary."""
+
+    def __init__(self):
+        self.up = False
+
+    def set(self):
+        self.up = True
+
+    def wait(self):
+        while not self.up:
+            time.sleep(0.01)
+
+
+def test_add_in_a_thread():
+    flag = Flag()
+
+    def worker():
+        assert add(1, 2) == 3
+        flag.set()
+
+    _thread.start_new_thread(worker, ())
+    flag.wait()
+
+
+def test_big():
+    assert add(7, 1) == 8
+'''
+
+
+def test_a_wait_the_imports_do_not_show_is_left_to_the_hung_canary_retry(grader, make_task):
+    # the starter passes the threaded test (no hang there); its canary hangs the reference
+    task = make_task(tests={"test_calc.py": UNRESOLVED_WAIT_TESTS}, timeout=4.0,
+                     files={"calc.py": "def add(a, b):\n    return a + b if a < 5 else 0\n"})
+    calibration = grader.calibration(task)
+    assert calibration.calibrated
+    assert "test_calc.py::test_add_in_a_thread" not in calibration.canaries.canaries
+    assert calibration.earning == {"test_calc.py::test_big"}
+    report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert report.score == 1.0 and not report.timed_out, report
+
+
+def test_calibration_raises_a_public_error_and_grade_never_raises(toy_task):
+    from opd_gym import CalibrationError as Exported
+    from opd_gym.errors import CalibrationError, GradingError, OPDGymError
+    from opd_gym.grading import CalibrationError as FromGrading
+    from opd_gym.sandboxes import SandboxError
+
+    assert Exported is CalibrationError is FromGrading
+    assert issubclass(CalibrationError, GradingError) and issubclass(GradingError, OPDGymError)
+
+    class Broken:
+        def acquire(self, timeout=None):
+            raise SandboxError("engine down")
+
+        def release(self, sandbox):
+            raise AssertionError("nothing to release")
+
+    grader = Grader(Broken())
+    with pytest.raises(CalibrationError, match="engine down") as caught:
+        grader.calibration(toy_task)
+    assert caught.value.infra_error and "engine down" in caught.value.reason
+    assert caught.value.fields["infra_error"] is True
+    report = grader.grade(toy_task, {})
+    assert report.infra_error and "engine down" in report.reason and report.score == 0.0
+
+
+def test_tests_a_null_submission_passes_are_gates(grader, make_task):
+    tests = ("from calc import add, empty\n\n"
+             "def test_nothing():\n    assert empty() == []\n\n"
+             "def test_add():\n    assert add(2, 3) == 5\n")
+    task = make_task(
+        tests={"test_calc.py": tests},
+        files={"calc.py": "def add(a, b):\n    raise NotImplementedError\n\n"
+                          "def empty():\n    raise NotImplementedError\n",
+               "helpers.py": "X = 1\n"},
+        solution={"calc.py": "def add(a, b):\n    return a + b\n\n"
+                             "def empty():\n    return []\n",
+                  "helpers.py": "X = 1\n"})
+    from opd_gym.grading.grader import null_submission
+
+    assert null_submission(task) == {"calc.py": "", "helpers.py": "X = 1\n"}
+    # a null that does nothing: `empty` returns [] by doing nothing at all
+    nothing = ("def add(a, b):\n    return None\n\ndef empty():\n    return []\n")
+    calibration = grader.calibration(task)
+    assert calibration.null_passed == frozenset()  # an emptied calc.py imports nothing
+    assert calibration.earning == {"test_calc.py::test_nothing", "test_calc.py::test_add"}
+    from opd_gym.grading import Calibration
+
+    gated = Calibration(calibration.canaries, null_passed=frozenset({"test_calc.py::test_add"}),
+                        reference_ids=calibration.reference_ids, calibrated=True)
+    assert gated.earning == {"test_calc.py::test_nothing"}
+    assert grader.grade(task, {"calc.py": nothing.encode()}).score == 0.5
+
+
+def _share_bare_runs(graders):
+    """The calibration runs without canaries (the starter's, the null submission's) do not
+    depend on the secret: the Graders share them, which keeps the three-secret test short."""
+    import threading
+
+    from opd_gym.grading import task_key
+
+    done: dict = {}
+    locks: dict = {}
+    guard = threading.Lock()
+    for grader in graders:
+        def shared(task, keep, canaries, *args, _run=grader._run, **kwargs):
+            what = kwargs.get("calibrating", args[0] if args else "")
+            if not what or canaries.canaries:
+                return _run(task, keep, canaries, *args, **kwargs)
+            key = (task_key(task), what, tuple(sorted(keep.items())))
+            with guard:
+                lock = locks.setdefault(key, threading.Lock())
+            with lock:
+                if key not in done:
+                    done[key] = _run(task, keep, canaries, *args, **kwargs)
+                return done[key]
+
+        grader._run = shared
+    return graders
+
+
+@pytest.fixture(scope="module")
+def docker_graders():
+    """Three Graders with different secrets over one shared Docker pool."""
+    from opd_gym.sandboxes import make_pool
+
+    with make_pool("docker", size=4, workers=4) as pool:
+        yield _share_bare_runs([_secret(Grader(pool), number) for number in range(3)])
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_every_builtin_task_earns_the_same_tests_under_every_secret(docker_graders):
+    """Verifiable by construction: each built-in task has earning tests, the same ones under
+    three secrets (the null submission's gates included)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opd_gym.tasks import load_suite
+
+    suite = load_suite("coding")
+    jobs = [(grader, task) for grader in docker_graders for task in suite]
+    with ThreadPoolExecutor(4) as workers:
+        calibrations = list(workers.map(lambda job: job[0].calibration(job[1]), jobs))
+    problems = []
+    for index, task in enumerate(suite):
+        mine = calibrations[index::len(suite)]
+        earning = {c.earning for c in mine}
+        if not all(c.calibrated for c in mine) or len(earning) != 1 or not mine[0].earning:
+            problems.append((task.id, [sorted(e) for e in earning]))
+    assert not problems, problems
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_program_that_does_nothing_earns_nothing(docker_graders):
+    from opd_gym.tasks import load_suite
+
+    task = next(t for t in load_suite("coding") if t.id == "word_frequency_stdio")
+    grader = docker_graders[0]
+    for empty in ({"main.py": b""}, {"main.py": b"import sys\n"}):
+        report = grader.grade(task, empty)
+        assert report.score == 0.0 and report.reason == "", report
+        assert report.passed >= 1  # the empty-input test passes, and is a gate
+    reference = grader.grade(task, {p: t.encode() for p, t in task.solution.items()})
+    assert reference.score == 1.0, reference
+    assert "test_word_frequency_stdio.py::test_empty_input" in grader.calibration(task).null_passed

@@ -306,24 +306,67 @@ def test_opd_grading_runs_programs_and_reads_files_of_the_tree(tmp_path):
     assert set(outcomes(variant).values()) == {"passed"} and len(variant["tests"]) == 3
 
 
-def test_the_tree_is_read_only_and_tmp_path_writable(tmp_path):
+def test_the_tree_is_writable_per_variant_and_the_ini_is_not(tmp_path):
     tests = (
         "import os, pytest, tempfile\n\n"
-        "def test_write(tmp_path):\n"
+        "def test_write(request, tmp_path):\n"
         "    (tmp_path / 'x').write_text('ok')\n"
         "    with tempfile.NamedTemporaryFile() as fh:\n"
         "        fh.write(b'ok')\n"
         "    assert os.environ['HOME'] != os.getcwd() and os.access(os.environ['HOME'], os.W_OK)\n"
+        "    with open('new_file.txt', 'w') as fh:  # the tree is the variant's project folder\n"
+        "        fh.write('mine')\n"
+        "    os.makedirs('out/deep', mode=0o700)\n"
+        "    open('out/deep/f.txt', 'w').write('x')\n"
+        "    open('solution.py', 'a').write('# touched\\n')\n"
         "    if os.geteuid() != 0:  # root ignores modes here; the Docker test covers it\n"
         "        with pytest.raises(PermissionError):\n"
-        "            open('tests/test_r.py', 'a')\n"
-        "        with pytest.raises(PermissionError):\n"
-        "            open('new_file.txt', 'w')\n"
-        "    assert not os.access('tests', os.W_OK) or os.geteuid() == 0\n"
+        "            open(str(request.config.inipath), 'a')\n"
         "    assert 'PYTHONPATH' not in os.environ and os.environ['LANG'] == 'C.UTF-8'\n")
-    [variant] = harness(tmp_path, {"solution.py": "x = 1\n"}, [{"tests/test_r.py": tests}])
-    assert outcomes(variant) == {"tests/test_r.py::test_write": "passed"}
+    variants = harness(tmp_path, {"solution.py": "x = 1\n"},
+                       [{"tests/test_r.py": tests}, {"tests/test_r.py": tests}])
+    for variant in variants:  # the second variant's tree is a fresh copy: open(..., 'x') works
+        assert outcomes(variant) == {"tests/test_r.py::test_write": "passed"}
     assert (tmp_path / "ws" / "solution.py").read_text() == "x = 1\n"
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir()) == ["solution.py"]
+
+
+CWD_SOLUTION = """\
+import json, os
+
+
+def remember(key, value):
+    data = {}
+    if os.path.exists("cache.json"):
+        with open("cache.json") as fh:
+            data = json.load(fh)
+    data[key] = value
+    with open("cache.json", "w") as fh:
+        json.dump(data, fh)
+    return data
+"""
+
+CWD_TESTS = """\
+import os
+
+from memo import remember
+
+
+def test_cache_in_cwd():
+    assert not os.path.exists("marker-from-the-other-variant")
+    assert remember("a", 1) == {"a": 1}  # nothing left by the variant before
+    assert remember("b", 2) == {"a": 1, "b": 2}
+    open("marker-from-the-other-variant", "w").close()
+"""
+
+
+def test_a_solution_writing_in_its_cwd_passes_in_both_variants(tmp_path):
+    variants = harness(tmp_path, {"memo.py": CWD_SOLUTION},
+                       [{"tests/test_m.py": CWD_TESTS}, {"tests/test_m.py": CWD_TESTS}])
+    for variant in variants:
+        assert outcomes(variant) == {"tests/test_m.py::test_cache_in_cwd": "passed"}, \
+            variant["output"]
+    assert not (tmp_path / "ws" / "cache.json").exists()
 
 
 def test_detached_processes_are_killed_at_the_end(tmp_path):
@@ -346,14 +389,17 @@ def test_a_huge_output_is_cut_to_its_tail(tmp_path):
     assert 0 < len(variant["output"]) <= 8000
 
 
-def test_the_request_builder_shapes_version_2():
+def test_the_request_builder_shapes_version_3():
     request = harness_request("/workspace", 1000, 7, [{"tests/t.py": "x"}, {"tests/t.py": "y"}],
                               None, ["tests/t.py"])
     assert request == {
-        "version": 2, "workspace": "/workspace", "agent_uid": 1000, "timeout": 7.0,
-        "ini": None, "args": ["tests/t.py"], "select": None,
+        "version": 3, "workspace": "/workspace", "agent_uid": 1000, "timeout": 7.0,
+        "ini": None, "args": ["tests/t.py"], "select": None, "doctests": {},
         "variants": [{"files": {"tests/t.py": "x"}}, {"files": {"tests/t.py": "y"}}],
     }
+    with_doctests = harness_request("/w", None, 7, [{}], None, ["pkg/m.py"],
+                                    ["pkg/m.py::pkg.m.f"], {"pkg/m.py": "def f(): pass\n"})
+    assert with_doctests["doctests"] == {"pkg/m.py": "def f(): pass\n"}
 
 
 def test_a_selection_runs_exactly_those_ids(tmp_path):
@@ -414,12 +460,23 @@ def test_runs_as_a_variant_uid(request):
     assert os.path.dirname(ini) == os.getcwd()  # ini paths resolve against the tree's root
     with pytest.raises(PermissionError):
         open(ini, "a")
+    with pytest.raises(PermissionError):  # nor replaced: the tree's root is root's, sticky
+        os.unlink(ini)
+    import opd_grading
+    with pytest.raises(PermissionError):
+        open(opd_grading.__file__, "a")
     with pytest.raises(PermissionError):
         os.listdir(os.path.dirname(os.getcwd()))
-    with pytest.raises(PermissionError):
-        open("tests/test_sep.py", "a")
-    with pytest.raises(PermissionError):
-        open("planted.txt", "w")
+    root = os.stat(".")
+    assert (root.st_uid, root.st_gid, root.st_mode & 0o7777) == (0, uid, 0o1770)
+    # the rest of the tree is this variant's own copy, as a project folder is plain pytest's
+    assert os.stat("tests/test_sep.py").st_uid == uid and os.stat("calc.py").st_uid == uid
+    assert not os.path.exists("planted.txt")  # nothing of the other variant's tree
+    open("planted.txt", "w").write("mine")
+    open("calc.py", "a").write("# touched\\n")
+    os.makedirs("closed/inner", mode=0o700)
+    open("closed/inner/f.txt", "w").write("x")
+    os.chmod("closed", 0)
     with pytest.raises(PermissionError):  # the agent's workspace is closed while grading
         os.listdir("/workspace")
 
@@ -453,9 +510,9 @@ def test_docker_variants_run_under_their_own_uids_and_leave_nothing_behind(docke
             "tests/test_sep.py::test_leaves_a_detached_process": "passed",
         }, variant["output"]
     left = docker_box.run("ps -eo uid=,args= | awk '$1 > 1000' | grep -c '[s]leep 300'; "
-                          "find /tmp /dev/shm /dev/mqueue -maxdepth 1 -uid 1001 -o -maxdepth 1 "
-                          "-uid 1002 | wc -l; stat -c %a /workspace").output
-    assert left.split() == ["0", "0", "755"]
+                          "find /tmp /dev/shm /dev/mqueue -uid 1001 -o -uid 1002 2>/dev/null "
+                          "| wc -l; stat -c %a /workspace; cat /workspace/calc.py").output
+    assert left.split() == ["0", "0", "755", "def", "add(a,", "b):", "return", "a", "+", "b"]
     assert docker_box.run("ls /tmp | grep -c 'opd-grade\\|opd-variant'").output.strip() == "0"
 
 
@@ -554,3 +611,136 @@ def test_docker_timeout_kills_the_variant_and_its_programs(docker_box):
     left = docker_box.run("ps -eo uid=,args= | awk '$1 == 1000' | grep -c '[m]ain.py'").output
     assert left.strip() == "0"
 
+
+
+# -- doctests of package modules (--doctest-modules), src layout ---------------------------
+SRC_INI = "[pytest]\npythonpath = src\naddopts = --doctest-modules\ntestpaths = tests src\n"
+SRC_PROJECT = {
+    "src/pkg/__init__.py": '"""The package.\n\n>>> from pkg import add\n>>> add(1, 1)\n2\n"""\n'
+                           "from .core import Box, add\nfrom . import time as clock\n",
+    # a package module named like the stdlib: importing `time` must still give the stdlib
+    "src/pkg/time.py": 'def now():\n    """\n    >>> now()\n    42\n    """\n    return 42\n',
+    "src/pkg/core.py": '''\
+import time
+
+from .time import now
+
+
+def add(a, b):
+    """Add two numbers.
+
+    >>> add(2, 3)
+    5
+    """
+    return a + b
+
+
+class Box:
+    """A box.
+
+    >>> Box(3).size + now()
+    45
+    """
+
+    def __init__(self, size):
+        self.size = size
+
+    def double(self):
+        """
+        >>> Box(2).double()
+        4
+        """
+        return self.size * 2
+
+    @property
+    def twice(self):
+        """
+        >>> Box(5).twice
+        10
+        """
+        return self.size * 2
+
+    @twice.setter
+    def twice(self, value):
+        self.size = value // 2
+
+
+def stamp():
+    return time.monotonic()
+''',
+}
+SRC_TESTS = {"tests/test_core.py": "import time\n\nfrom pkg import add, clock\n\n\n"
+                                   "def test_add():\n    assert add(1, 2) == 3\n\n\n"
+                                   "def test_clock():\n    assert clock.now() == 42 "
+                                   "and time.time() > 0\n"}
+DOCTEST_SOURCES = ("src/pkg/__init__.py", "src/pkg/core.py", "src/pkg/time.py")
+
+
+def plain_pytest(project: dict[str, str], ini: str, root: Path) -> dict[str, str]:
+    """What plain `python -m pytest` says per node id in a copy of the project (`-rA`)."""
+    import subprocess
+    import sys
+
+    write(root, {**project, "pytest.ini": ini})
+    done = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider"],
+                          cwd=root, capture_output=True, text=True, timeout=120,
+                          env={"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"})
+    found = {}
+    for line in done.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR"):
+            found[rest.split(" - ")[0]] = {"PASSED": "passed", "FAILED": "failed",
+                                          "ERROR": "error"}[word]
+    assert found, done.stdout[-3000:]
+    return found
+
+
+def grade_src_project(tmp_path: Path, workspace: dict[str, str], ids: list[str]) -> list[dict]:
+    """The src-layout project's hidden tests and doctests through the harness, two variants."""
+    pristine = {p: SRC_PROJECT[p] for p in DOCTEST_SOURCES}
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    write(ws, workspace)
+    raw = run_harness_here(ws, [SRC_TESTS, SRC_TESTS], ini=SRC_INI,
+                           args=["tests/test_core.py", *DOCTEST_SOURCES], timeout=60,
+                           select=ids, doctests=pristine)
+    return json.loads(raw.splitlines()[-1])["variants"]
+
+
+def test_src_layout_doctests_match_plain_pytest(tmp_path):
+    plain = plain_pytest({**SRC_PROJECT, **SRC_TESTS}, SRC_INI, tmp_path / "plain")
+    assert "src/pkg/core.py::pkg.core.Box.twice" in plain and len(plain) == 8, plain
+    planted = {"tests/__init__.py": "", "src/pkg/conftest.py": "raise SystemExit(3)\n"}
+    for variant in grade_src_project(tmp_path, {**SRC_PROJECT, **planted}, sorted(plain)):
+        assert outcomes(variant) == plain, variant["output"]
+        assert variant["collect_errors"] == []
+
+
+def test_doctests_come_from_the_pristine_docstrings(tmp_path):
+    ids = sorted(plain_pytest({**SRC_PROJECT, **SRC_TESTS}, SRC_INI, tmp_path / "plain"))
+    core = SRC_PROJECT["src/pkg/core.py"]
+    buggy = core.replace("return a + b", "return a - b")
+    # the agent makes the docstring agree with its bug, and adds a doctest of its own
+    lying = buggy.replace(">>> add(2, 3)\n    5", ">>> add(2, 3)\n    -1") + (
+        '\n\ndef extra():\n    """\n    >>> extra()\n    1\n    """\n    return 1\n')
+    deleted = core.replace('        """\n        >>> Box(2).double()\n        4\n        """\n', "")
+    assert deleted != core and lying != buggy
+    broken_double = deleted.replace("return self.size * 2\n\n    @property",
+                                    "return self.size * 3\n\n    @property")
+    cases = {
+        "lying": (lying, {"src/pkg/core.py::pkg.core.add": "failed"}),
+        "fixed": (core, {}),
+        "deleted": (deleted, {}),
+        "deleted-and-broken": (broken_double, {"src/pkg/core.py::pkg.core.Box.double": "failed"}),
+    }
+    for name, (text, failing) in cases.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        for variant in grade_src_project(folder, {**SRC_PROJECT, "src/pkg/core.py": text}, ids):
+            got = outcomes(variant)
+            assert sorted(got) == ids, (name, variant["output"])  # nothing missing or added
+            want = {i: failing.get(i, "passed") for i in ids}
+            if name == "lying":  # the package's doctest and the test call add() too
+                want["tests/test_core.py::test_add"] = "failed"
+                want["src/pkg/__init__.py::pkg"] = "failed"
+            assert got == want, name

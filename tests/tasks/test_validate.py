@@ -232,3 +232,25 @@ def test_every_builtin_task_pays_for_solving_it_and_nothing_else():
     print(table)
     assert [c.task_id for c in checks] == [t.id for t in suite]
     assert all(c.ok for c in checks), table
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's notice
+def test_a_task_that_cannot_be_verified_is_a_failure_line_with_the_reason(make_task):
+    """A task without an earning test pays 0 for every answer: named, not `ok`."""
+    from opd_gym.tasks.validate import UNVERIFIABLE
+
+    solved = make_task("already_solved", files={"calc.py": "def add(a, b):\n    return a + b\n"})
+    with make_pool("local", size=2) as pool:
+        [check] = check_tasks([solved], Grader(pool).grade, workers=2)
+    assert check.problems == (f"cannot be verified: {UNVERIFIABLE}",)
+    assert check.reference.earning == 0 and "cannot be verified" in check.reference.reason
+    assert f"BAD: cannot be verified: {UNVERIFIABLE}" in table_row(check, 16)
+    # judged from the report alone: no earning test, whatever the other gradings say
+    task = Task(id="t", prompt="p", tests={"test_x.py": "def test_x():\n    pass\n"})
+    nothing = GradeReport("t", passed=4, tests=(TestOutcome("x", "passed", earns=False),) * 4,
+                          reason="the task cannot be verified: no hidden test ...")
+    assert judge(task, nothing, report(0, 4), report(0, 4)).problems == (
+        f"cannot be verified: {UNVERIFIABLE}",)
+    crashed = GradeReport("t", failed=4, reason="2 hidden test(s) did not run (...)")
+    assert judge(task, crashed, report(0, 4), report(0, 4)).problems[0].startswith(
+        "reference scores 0.00: 2 hidden")

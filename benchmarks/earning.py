@@ -1,0 +1,72 @@
+"""The visible price of "answers read from the test" (issue 29, point 1): per suite, how
+many hidden tests there are, how many get a canary, and how many of those are answer-safe
+(every comparison against literal data a canary can change, or between two of the
+solution's values), i.e. would earn. Static (make_canaries only, no Docker): the earning
+fraction before calibration, which may still make a test a gate (a starter that passes it,
+a canary the reference passes).
+
+    python benchmarks/earning.py [--repo-sample 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from opd_gym.grading.canary import make_canaries
+from opd_gym.grading.expected import test_paths
+from opd_gym.grading.grader import seed_for, solution_modules, task_key
+from opd_gym.tasks import Task, load_suite, load_tasks
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+
+
+def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
+    """Totals (tasks, tests, canaried, safe, verifiable tasks) and why tests gate."""
+    total: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for task in tasks:
+        canaries = make_canaries(task.tests, test_paths(task), seed_for(b"bench", task_key(task)),
+                                 solution_modules=solution_modules(task))
+        safe = [c for c in canaries.canaries.values() if c.earns]
+        total.update(tasks=1, tests=len(canaries.tests), canaried=len(canaries.canaries),
+                     safe=len(safe), verifiable=bool(safe))
+        reasons.update(c.why.split("` ", 1)[-1].split(" (")[0]
+                       for c in canaries.canaries.values() if not c.earns)
+    return total, reasons
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repo-sample", type=int, default=20,
+                        help="tasks of the repo suite (its first N by id; 0: all)")
+    args = parser.parse_args()
+    suites: dict[str, list[Task]] = {"coding (built-in)": list(load_suite("coding"))}
+    for schema in ("humaneval", "mbpp", "apps", "code_contests"):
+        suites[f"fixtures/{schema}"] = list(load_tasks(FIXTURES / f"{schema}.jsonl",
+                                                       schema=schema))
+    try:
+        repo = list(load_tasks("repo"))
+    except Exception as exc:  # noqa: BLE001 - the repo suite needs its cached sdists
+        print(f"repo suite not available: {exc}")
+    else:
+        sample = repo[:args.repo_sample] if args.repo_sample else repo
+        suites[f"repo ({len(sample)} of {len(repo)})"] = sample
+    print(f"| {'suite':28} | tasks | tests | canaried | answer-safe | earn % | verifiable |")
+    print(f"|{'-' * 30}|------:|------:|---------:|------------:|-------:|-----------:|")
+    why: Counter[str] = Counter()
+    for name, tasks in suites.items():
+        total, reasons = counts(tasks)
+        why.update(reasons)
+        share = 100 * total["safe"] / total["tests"] if total["tests"] else 0.0
+        verifiable = f"{total['verifiable']} of {total['tasks']}"
+        print(f"| {name:28} | {total['tasks']:5} | {total['tests']:5} | {total['canaried']:8} "
+              f"| {total['safe']:11} | {share:5.1f}% | {verifiable:>10} |")
+    print("\ncanaried tests that only gate, by reason:")
+    for reason, count in why.most_common():
+        print(f"  {count:5}  {reason}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""Check the grader against plain pytest on any project's own suite (`opd-gym tasks check-suite`).
+
+The project (an sdist, unmodified) runs twice in the same image: once under plain
+`python3 -m pytest` with its own configuration (`opd_gym.grading.plain`, which shares no code
+with the grader), once graded as a task whose hidden tests are the project's suite, whose
+reference solution is the project itself and whose test ids are the ones plain pytest ran.
+Every id must get the same outcome. The project's pytest settings are read from whichever file
+holds them (`opd_gym.tasks.pytest_config`); options the image's pytest refuses (a plugin it
+lacks) are removed with a note, and an uninstalled src layout gets `pythonpath = src`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Protocol
+
+from opd_gym.errors import GradingError
+from opd_gym.grading.expected import display_name, python_files
+from opd_gym.grading.expected import is_test_module as test_module
+from opd_gym.grading.plain import PlainRun, container, exec_pytest, put_files, run_plain
+from opd_gym.grading.report import GradeReport
+from opd_gym.tasks.model import Task
+from opd_gym.tasks.pytest_config import (
+    PytestConfig,
+    adapt_ini,
+    read_pytest_config,
+    render_ini,
+    with_pythonpath,
+)
+
+AGREEMENT = 0.999
+ADAPT_ROUNDS = 6
+
+
+class Grades(Protocol):
+    """Anything that grades a task's files (a `Grader` fits)."""
+
+    def grade(self, task: Task, files: Mapping[str, bytes]) -> GradeReport: ...
+
+
+@dataclass(frozen=True)
+class SuiteCheck:
+    """One project's verdicts under plain pytest and under the grader, compared id by id."""
+
+    name: str
+    ids: int
+    agree: int
+    disagreements: tuple[str, ...]
+    infra_error: str  # "" when the grade ran; else why it did not
+    plain_s: float
+    grade_s: float  # one grade after calibration (what every episode pays)
+    earning: int
+    shapes: tuple[str, ...]
+    config: str
+    notes: tuple[str, ...] = ()
+    forgery: tuple[str, ...] = ()
+    calibrate_s: float = 0.0  # the task's calibration, paid once per task and Grader
+
+    @property
+    def fraction(self) -> float:
+        return self.agree / self.ids if self.ids else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return (self.ids > 0 and not self.infra_error and not self.forgery
+                and self.agree >= AGREEMENT * self.ids)
+
+
+@dataclass(frozen=True)
+class SuiteProject:
+    """A project split for grading: its suite hidden, the rest the reference solution."""
+
+    name: str
+    files: Mapping[str, bytes]
+    config: PytestConfig
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def is_test_module(path: str, config: PytestConfig) -> bool:
+    """Whether pytest collects `path` as a test module under `config` (its python_files)."""
+    return PurePosixPath(path).name != "conftest.py" and test_module(
+        path, python_files(config.ini))
+
+
+def _src_packages(files: Mapping[str, bytes]) -> bool:
+    return any(p.startswith("src/") and p.endswith(".py") for p in files)
+
+
+def prepare(name: str, files: Mapping[str, bytes], image: str,
+            ini: str | None = None) -> SuiteProject:
+    """Read the project's pytest settings and make them run in `image`, noting each change.
+
+    `ini`: use this ini text instead of the project's own (a curated library record).
+    """
+    notes: list[str] = []
+    if ini is not None:
+        config = PytestConfig(ini, "given ini", _options(ini))
+    else:
+        config = read_pytest_config(files)
+        if not config.source:
+            notes.append("no pytest configuration in the project")
+        if _src_packages(files) and "src" not in config.options.get("pythonpath", "").split():
+            config = with_pythonpath(config, "src")
+            notes.append("pythonpath = src (the src layout runs uninstalled)")
+        config = _adapted(files, config, image, notes)
+    return SuiteProject(name, dict(files), config, tuple(notes))
+
+
+def _options(ini: str) -> dict[str, str]:
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(ini)
+    return dict(parser.items("pytest")) if parser.has_section("pytest") else {}
+
+
+def _adapted(files: Mapping[str, bytes], config: PytestConfig, image: str,
+             notes: list[str]) -> PytestConfig:
+    """Collect once in `image`; drop what its pytest refuses (usage errors), until it runs."""
+    with container(image) as name:
+        put_files(name, dict(files))
+        for _ in range(ADAPT_ROUNDS):
+            put_files(name, {"pytest.ini": config.ini.encode()})
+            code, _, output = exec_pytest(name, ["--collect-only", "-q", "-p",
+                                                 "no:cacheprovider"], timeout=300)
+            if code != 4:  # 4: a usage error (an unknown option, a newer minversion)
+                return config
+            adapted = adapt_ini(config, output)
+            if adapted is None:
+                return config
+            config, note = adapted
+            notes.append(note)
+    return config
+
+
+def hidden_files(project: SuiteProject, ids: Sequence[str],
+                 test_dirs: Sequence[str] | None = None) -> dict[str, str]:
+    """The suite to hide: folders of the collected test modules, conftest files, text doctests.
+
+    A test module's folder is its top-level folder (`tests/`) unless that folder also holds
+    the project's own code (tests inside the package: then the module's own folder). Doctest
+    ids in package modules are not hidden files: the grader takes their examples from the
+    pristine module and runs them against the agent's code.
+    """
+    config, files = project.config, project.files
+    paths = {i.split("::", 1)[0] for i in ids}
+    roots: set[str] = set(test_dirs or ())
+    singles: set[str] = set()
+    if test_dirs is None:
+        test_folders = {str(PurePosixPath(p).parent) for p in paths if is_test_module(p, config)}
+        for path in paths:
+            parts = PurePosixPath(path).parts
+            if not path.endswith(".py"):
+                singles.add(path)  # a text doctest file (README.rst, docs/*.rst)
+            elif not is_test_module(path, config):
+                continue  # a package module's doctests
+            elif len(parts) == 1:
+                singles.add(path)
+            else:
+                top = parts[0]
+                roots.add(top if not _holds_code(files, top, config, test_folders, paths)
+                          else str(PurePosixPath(path).parent))
+    hidden: dict[str, str] = {}
+    for path, data in files.items():
+        pure = PurePosixPath(path)
+        inside = path in singles or any(pure.is_relative_to(r) for r in roots)
+        if inside or pure.name == "conftest.py":
+            try:
+                hidden[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # binary data files stay in the workspace, where tests read them
+    return hidden
+
+
+def _holds_code(files: Mapping[str, bytes], top: str, config: PytestConfig,
+                test_folders: set[str], ids_paths: set[str]) -> bool:
+    for path in files:
+        pure = PurePosixPath(path)
+        if not (path.endswith(".py") and pure.is_relative_to(top)):
+            continue
+        if path in ids_paths and not is_test_module(path, config):
+            return True  # doctests of package code live here
+        if is_test_module(path, config) or pure.name in ("conftest.py", "__init__.py"):
+            continue
+        if str(pure.parent) not in test_folders and not any(
+                pure.is_relative_to(f) for f in test_folders):
+            return True
+    return False
+
+
+def shapes(project: SuiteProject, ids: Sequence[str], hidden: Mapping[str, str]) -> list[str]:
+    """What makes this suite's shape: doctests, layout, stdlib names, conftest, config."""
+    config, files = project.config, project.files
+    found: list[str] = []
+    paths = {i.split("::", 1)[0] for i in ids}
+    if any(p.endswith(".py") and not is_test_module(p, config) for p in paths):
+        found.append("doctest-modules")
+    if any(not p.endswith(".py") for p in paths):
+        found.append("text doctests")
+    if _src_packages(files):
+        found.append("src layout")
+    code = [p for p in files if p.endswith(".py") and p not in hidden]
+    stdlib = sorted({PurePosixPath(p).stem for p in code if len(PurePosixPath(p).parts) > 1
+                     and PurePosixPath(p).stem in sys.stdlib_module_names})
+    if stdlib:
+        found.append("stdlib-named modules (" + ", ".join(stdlib[:3]) + ")")
+    if any(PurePosixPath(p).name == "conftest.py" for p in hidden):
+        found.append("conftest")
+    package_dirs = {str(PurePosixPath(p).parent) for p in code if "/" in p}
+    namespace = sorted(d for d in package_dirs if f"{d}/__init__.py" not in files
+                       and not d.startswith(("docs", "doc", "examples", "scripts", "benchmarks"))
+                       and d not in ("src",))
+    if namespace:
+        found.append("namespace packages")
+    args = shlex.split(config.options.get("addopts", ""))
+    if "--import-mode=importlib" in args:
+        found.append("importlib mode")
+    if config.options.get("python_files"):
+        found.append("own python_files")
+    return found
+
+
+def suite_task(project: SuiteProject, reference: PlainRun, hidden: Mapping[str, str],
+               timeout: float) -> Task:
+    """The project as a task: its suite hidden, its own code the reference solution."""
+    solution: dict[str, str] = {}
+    for path, data in project.files.items():
+        if path in hidden or path == "pytest.ini":
+            continue
+        try:
+            solution[path] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary files reach the grade as bytes (the workspace), not the reference
+    return Task(id=f"suite-{project.name}", prompt=f"{project.name} against its own tests",
+                files={}, tests=dict(hidden), solution=solution, timeout=timeout,
+                pytest_ini=project.config.ini, test_ids=tuple(sorted(reference.outcomes)))
+
+
+def check_project(project: SuiteProject, grader: Grades, image: str, *,
+                  test_dirs: Sequence[str] | None = None, timeout: float = 300.0) -> SuiteCheck:
+    """Plain pytest's verdict and the grader's on `project`, compared id by id."""
+    files = {p: d for p, d in project.files.items() if p != "pytest.ini"}
+    reference = run_plain(image, files, project.config.ini)
+    base = dict(name=project.name, config=project.config.source or "none",
+                notes=project.notes, plain_s=reference.wall)
+    if not reference.outcomes or reference.collect_errors:
+        errors = "; ".join(f"{k}: {v.splitlines()[-1] if v else ''}"
+                           for k, v in list(reference.collect_errors.items())[:3])
+        why = (f"plain pytest cannot run this suite in the image (exit {reference.exit_code}"
+               f"{': ' + errors if errors else ''}); it needs what the image lacks")
+        return SuiteCheck(ids=len(reference.outcomes), agree=0, disagreements=(),
+                          infra_error=why, grade_s=0.0, earning=0, shapes=(), **base)
+    hidden = hidden_files(project, list(reference.outcomes), test_dirs)
+    task = suite_task(project, reference, hidden, timeout)
+    workspace = {p: d for p, d in files.items() if p not in hidden}
+    started = time.perf_counter()
+    calibrate = getattr(grader, "calibration", None)
+    if callable(calibrate):  # paid once per task: timed apart from the grade itself
+        try:
+            calibrate(task)
+        except GradingError:
+            pass  # the grade below fails the same way and reports why
+    calibrate_s = time.perf_counter() - started
+    started = time.perf_counter()
+    report = grader.grade(task, workspace)
+    grade_s = time.perf_counter() - started
+    graded = {t.name: t.outcome for t in report.tests}
+    wrong = tuple(f"{nodeid}: plain={want} grader={graded.get(display_name(nodeid), 'missing')}"
+                  for nodeid, want in sorted(reference.outcomes.items())
+                  if graded.get(display_name(nodeid)) != want)
+    infra = report.reason if report.infra_error else ""
+    return SuiteCheck(ids=len(reference.outcomes), agree=len(reference.outcomes) - len(wrong),
+                      disagreements=wrong, infra_error=infra, grade_s=grade_s,
+                      calibrate_s=calibrate_s,
+                      earning=report.earning,
+                      shapes=tuple(shapes(project, list(reference.outcomes), hidden)),
+                      forgery=tuple(report.forgery), **base)
+
+
+HEADER = ("suite", "ids", "agree", "plain s", "grade s", "x plain", "calibrate s", "earning",
+          "config", "shapes")
+
+
+def table(checks: Sequence[SuiteCheck]) -> str:
+    """The agreement table, one row per suite, then each suite's notes and disagreements."""
+    rows = [HEADER]
+    for c in checks:
+        agree = f"{c.agree} ({100 * c.fraction:.1f}%)" if not c.infra_error else "no verdict"
+        ratio = f"{c.grade_s / c.plain_s:.2f}" if c.plain_s > 0 and c.grade_s > 0 else "-"
+        rows.append((c.name, str(c.ids), agree, f"{c.plain_s:.1f}", f"{c.grade_s:.1f}", ratio,
+                     f"{c.calibrate_s:.1f}", str(c.earning), c.config,
+                     ", ".join(c.shapes) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER) - 1)]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=False))
+                     + "  " + row[-1])
+        if n == 0:
+            lines.append("-" * len(lines[0]))
+    for c in checks:
+        for note in c.notes:
+            lines.append(f"{c.name}: note: {note}")
+        if c.infra_error:
+            lines.append(f"{c.name}: no verdict: {c.infra_error}")
+        if c.forgery:
+            lines.append(f"{c.name}: honest code flagged: {', '.join(c.forgery[:5])}")
+        for line in c.disagreements[:10]:
+            lines.append(f"{c.name}: {line}")
+        if len(c.disagreements) > 10:
+            lines.append(f"{c.name}: ... {len(c.disagreements) - 10} more disagreements")
+    return "\n".join(lines)
+
+
+__all__ = ["AGREEMENT", "SuiteCheck", "SuiteProject", "check_project", "hidden_files",
+           "is_test_module", "prepare", "render_ini", "shapes", "suite_task", "table"]

@@ -1,0 +1,103 @@
+"""`opd-gym tasks check-suite SDIST`: a user's own project, graded against its own suite and
+compared id by id with plain pytest, in real Docker.
+
+The project is built here as a real sdist with the shapes real projects ship: a src layout run
+uninstalled, doctests in package modules, a package module named like the stdlib (`time.py`),
+relative imports, conftest fixtures, a test that writes a cache file in its working directory,
+and settings in pytest 9's native `[tool.pytest]` table with a plugin option (`--cov`) the
+image's pytest lacks.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from opd_gym.cli import main
+from opd_gym.grading.suite_check import hidden_files, is_test_module, prepare
+from opd_gym.sandboxes.image import DEFAULT_IMAGE
+from opd_gym.tasks.pytest_config import read_pytest_config
+
+PROJECT = {
+    "pyproject.toml": '[project]\nname = "demo"\nversion = "1.0"\n\n[tool.pytest]\n'
+                      'addopts = ["--doctest-modules", "--cov=demo", "-ra"]\n'
+                      'testpaths = ["src", "tests"]\n',
+    "src/demo/__init__.py": '"""Demo package."""\nfrom .core import add, clock\n',
+    "src/demo/core.py": (
+        '"""Arithmetic.\n\n>>> add(1, 1)\n2\n"""\n'
+        "from . import time as _time\n\n\n"
+        "def add(a, b):\n"
+        '    """Add two numbers.\n\n    >>> add(2, 3)\n    5\n    >>> add(-1, 1)\n    0\n    """\n'
+        "    return a + b\n\n\n"
+        "def clock():\n"
+        '    """The package\'s own clock.\n\n    >>> clock()\n    42\n    """\n'
+        "    return _time.now()\n"
+    ),
+    "src/demo/time.py": "import time as _stdlib_time\n\n\ndef now():\n    return 42\n",
+    "tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef pair():\n    return (4, 5)\n",
+    "tests/test_core.py": (
+        "import json\nimport pathlib\n\nfrom demo import add, clock\n\n\n"
+        "def test_add(pair):\n    assert add(*pair) == 9\n\n\n"
+        "def test_clock():\n    assert clock() == 42\n\n\n"
+        "def test_cache_in_cwd():\n"
+        "    pathlib.Path('cache.json').write_text(json.dumps({'sum': add(2, 2)}))\n"
+        "    assert json.loads(pathlib.Path('cache.json').read_text()) == {'sum': 4}\n"
+    ),
+}
+
+
+def make_sdist(folder: Path, files: dict[str, str], name: str = "demo-1.0") -> Path:
+    path = folder / f"{name}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_the_suite_is_what_plain_pytest_collects_less_the_package_doctests():
+    files = {p: t.encode() for p, t in PROJECT.items()}
+    config = read_pytest_config(files)
+    assert config.source == "pyproject.toml [tool.pytest]"
+    assert is_test_module("tests/test_core.py", config)
+    assert not is_test_module("src/demo/core.py", config)
+    project = type("P", (), {"config": config, "files": files})
+    ids = ["tests/test_core.py::test_add", "src/demo/core.py::demo.core.add"]
+    # the package's modules stay the agent's: only the tests folder and conftest are hidden
+    assert set(hidden_files(project, ids)) == {"tests/conftest.py", "tests/test_core.py"}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_check_suite_agrees_on_a_src_layout_with_doctests(tmp_path, capsys):
+    sdist = make_sdist(tmp_path, PROJECT)
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out
+    row = next(line for line in out.splitlines() if line.startswith("demo-1.0 "))
+    assert "(100.0%)" in row
+    for shape in ("doctest-modules", "src layout", "stdlib-named modules (time)", "conftest"):
+        assert shape in row, row
+    assert "addopts without --cov=demo" in out  # the plugin option the image lacks, noted
+    assert "pythonpath = src" in out
+
+
+@pytest.mark.docker
+def test_the_adapted_config_drops_only_what_the_image_refuses():
+    files = {p: t.encode() for p, t in PROJECT.items()}
+    project = prepare("demo", files, DEFAULT_IMAGE)
+    assert project.config.addopts == ["--doctest-modules", "-ra"]
+    assert project.config.options["pythonpath"] == "src"
+
+
+def test_a_file_that_is_no_sdist_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "nothing-1.0.tar.gz"
+    bad.write_bytes(b"not an archive")
+    assert main(["tasks", "check-suite", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a readable sdist" in err[0]

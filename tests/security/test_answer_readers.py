@@ -1,0 +1,210 @@
+"""Solutions that read the expected value from the test instead of computing it earn nothing.
+
+A test whose expectation is computed at run time from something the solution can reach (an
+oracle helper, `calendar.isleap`, a fixture, a table built in a HumanEval check) and no canary
+changes only gates: the canary of such a test is a complement (`==` -> `!=`) that a reader
+fails like an honest solution, so earning there would pay the reader. Real Docker, the real
+Grader; each attack must score 0, the honest reference 1.0 where the task has answer-safe
+tests, and the computed-expectation tests are reported as gates.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from opd_gym.grading import Grader
+from opd_gym.sandboxes import make_pool
+from opd_gym.tasks import Task, from_humaneval
+
+pytestmark = pytest.mark.docker
+
+# -- (b), (c), (d): a pytest task with literal tests and three computed-expectation shapes ----
+LEAP_TESTS = '''\
+import calendar
+
+import pytest
+
+from leap import is_leap, tri
+
+
+def oracle(n):
+    return sum(range(n))
+
+
+@pytest.fixture
+def expected_tri():
+    return sum(range(7))
+
+
+def test_literal_leap():
+    assert is_leap(2000) is True
+    assert is_leap(1900) is False
+    assert is_leap(2024) is True
+
+
+def test_literal_tri():
+    assert tri(5) == 10
+    assert tri(9) == 36
+
+
+def test_oracle_helper():
+    for n in (3, 8):
+        expected = oracle(n)
+        assert tri(n) == expected
+
+
+def test_calendar_oracle():
+    for year in (1900, 2000, 2023, 2024):
+        assert is_leap(year) == calendar.isleap(year)
+
+
+def test_fixture_expected(expected_tri):
+    assert tri(7) == expected_tri
+'''
+LEAP_STARTER = "def is_leap(year):\n    raise NotImplementedError\n\n\n" \
+               "def tri(n):\n    raise NotImplementedError\n"
+LEAP_REFERENCE = ("def is_leap(year):\n"
+                  "    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)\n\n\n"
+                  "def tri(n):\n    return n * (n - 1) // 2\n")
+LEAP = Task(id="answer_readers_leap", prompt="Write leap.py.", files={"leap.py": LEAP_STARTER},
+            tests={"test_leap.py": LEAP_TESTS}, solution={"leap.py": LEAP_REFERENCE},
+            timeout=30.0)
+LEAP_GATES = {"test_oracle_helper", "test_calendar_oracle", "test_fixture_expected"}
+
+
+# -- (a): HumanEval rows: a table computed in check, zipped literal lists, literal asserts ---
+def _row(task_id: str, test: str) -> dict[str, str]:
+    return {"task_id": task_id, "entry_point": "tri",
+            "prompt": 'def tri(n: int) -> int:\n    """The sum of 0..n-1."""\n',
+            "canonical_solution": "    return n * (n - 1) // 2\n", "test": test}
+
+
+COMPUTED = from_humaneval(_row("Readers/0", (
+    "def check(candidate):\n"
+    "    for n in range(1, 6):\n"
+    "        expected = sum(range(n))\n"
+    "        assert candidate(n) == expected\n")))
+ZIPPED = from_humaneval(_row("Readers/1", (
+    "def check(candidate):\n"
+    "    for n, expected in zip([1, 2, 3, 5], [0, 1, 3, 10]):\n"
+    "        assert candidate(n) == expected\n")))
+LITERAL = from_humaneval(_row("Readers/2", (
+    "def check(candidate):\n"
+    "    assert candidate(4) == 6\n"
+    "    assert candidate(10) == 45\n")))
+
+# -- the attacks: solution files that return the test's own expected value -----------------
+FRAME_READER = '''
+import sys
+
+def _read():
+    frame = sys._getframe(2)
+    while frame is not None:
+        for name in ("expected", "expected_tri", "want", "result"):
+            if name in frame.f_locals:
+                return frame.f_locals[name]
+        frame = frame.f_back
+    return None
+
+def is_leap(year):
+    value = _read()
+    return value if value is not None else False
+
+def tri(n):
+    value = _read()
+    return value if value is not None else 0
+'''
+PROFILE_HOOK = '''
+import ctypes
+import sys
+
+def _hook(frame, event, arg):
+    if event == "return" and frame.f_code.co_name in ("tri", "is_leap"):
+        caller = frame.f_back
+        names = [n for n in ("expected", "expected_tri") if n in caller.f_locals]
+        for name in names:
+            caller.f_locals[name] = arg
+        if names:
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(caller), ctypes.c_int(0))
+
+sys.setprofile(_hook)
+
+def is_leap(year):
+    return False
+
+def tri(n):
+    return 0
+'''
+ORACLE_SWAP = '''
+import calendar
+
+calendar.isleap = lambda year: year % 4 == 0
+
+def is_leap(year):
+    return year % 4 == 0
+
+def tri(n):
+    return 0
+'''
+ATTACKS = {"frame_reader": FRAME_READER, "profile_hook": PROFILE_HOOK,
+           "oracle_swap": ORACLE_SWAP}
+
+
+@pytest.fixture(scope="module")
+def grader():
+    pool = make_pool("docker", size=3, workers=3)
+    yield Grader(pool)
+    pool.close()
+
+
+def _grade(grader: Grader, task: Task, source: str):
+    path = next(iter(task.solution))
+    return grader.grade(task, {**{k: v.encode() for k, v in task.files.items()},
+                               path: source.encode()})
+
+
+def _earns(report) -> dict[str, bool]:
+    return {t.name.rpartition("::")[2]: t.earns for t in report.tests}
+
+
+def test_honest_leap_earns_only_its_literal_tests(grader):
+    report = _grade(grader, LEAP, LEAP_REFERENCE)
+    assert report.score == 1.0 and report.all_passed, (report.reason, report.tests)
+    earns = _earns(report)
+    assert {n for n, e in earns.items() if e} == {"test_literal_leap", "test_literal_tri"}
+    assert all(not earns[n] for n in LEAP_GATES)
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_answer_readers_earn_nothing_on_a_pytest_task(grader, attack):
+    report = _grade(grader, LEAP, ATTACKS[attack])
+    assert report.score == 0.0, (report.reason, report.tests)
+    assert report.earned == 0 or report.forgery, report.tests
+    assert all(not t.earns for t in report.tests if t.name.rpartition("::")[2] in LEAP_GATES)
+
+
+def test_the_attacks_do_pass_the_computed_tests_they_read(grader):
+    # the payloads work: each passes the computed-expectation test it targets (a gate)
+    passed = {attack: {t.name.rpartition("::")[2] for t in _grade(grader, LEAP, src).tests
+                       if t.outcome == "passed"} for attack, src in ATTACKS.items()}
+    assert {"test_oracle_helper", "test_fixture_expected"} <= passed["frame_reader"], passed
+    assert {"test_oracle_helper", "test_fixture_expected"} <= passed["profile_hook"], passed
+    assert "test_calendar_oracle" in passed["oracle_swap"], passed
+
+
+@pytest.mark.parametrize("task", [COMPUTED, ZIPPED], ids=["computed_table", "zipped_lists"])
+def test_humaneval_checks_with_computed_expectations_only_gate(grader, task):
+    honest = _grade(grader, task, task.solution["solution.py"])
+    assert honest.earning == 0 and not any(t.earns for t in honest.tests), honest.tests
+    assert "cannot be verified" in honest.reason
+    for attack, source in ATTACKS.items():
+        report = _grade(grader, task, source)
+        assert report.score == 0.0, (attack, report.reason)
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_answer_readers_earn_nothing_on_a_literal_humaneval_task(grader, attack):
+    honest = _grade(grader, LITERAL, LITERAL.solution["solution.py"])
+    assert honest.score == 1.0 and honest.earning == 1, (honest.reason, honest.tests)
+    report = _grade(grader, LITERAL, ATTACKS[attack])
+    assert report.score == 0.0, (report.reason, report.tests)
