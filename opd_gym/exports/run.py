@@ -21,7 +21,8 @@ from opd_gym.opd.record import OPDRecord
 from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
 
-FORMATS = ("atropos", "trl", "advantage", "parquet", *TRAINER_FORMATS)
+FORMATS = ("atropos", "trl", "advantage", "parquet", *TRAINER_FORMATS,
+           "swebench-predictions")
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,19 @@ def _json_floats(values: Any) -> list[float | None]:
 
 
 def export_run(
-    run_dir: str | Path, fmt: str, out: str | Path | None = None, *, tokenizer: Any = None
+    run_dir: str | Path, fmt: str, out: str | Path | None = None, *, tokenizer: Any = None,
+    model_name: str | None = None,
 ) -> Path:
-    """Write `run_dir`'s episodes in format `fmt`; returns the file written."""
+    """Write `run_dir`'s episodes in format `fmt`; returns the file written.
+
+    `swebench-predictions` writes the repository-task episodes' diffs for SWE-bench's harness
+    (`opd_gym.exports.predictions`; `model_name` defaults to the run's policy)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt == "swebench-predictions":
+        from opd_gym.exports.predictions import export_predictions
+
+        return export_predictions(run_dir, out, model_name=model_name).path
     run = Path(run_dir)
     base = run if run.is_dir() else run.parent
     target = (

@@ -5,27 +5,32 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import tomllib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from opd_gym.errors import DatasetError
 from opd_gym.tasks.adapters import ADAPTERS, ID_FIELDS
 from opd_gym.tasks.model import Task
+from opd_gym.tasks.rows import TaskList, _file_rows, _jsonl_rows, _labelled, _Numbered  # noqa: F401
 from opd_gym.tasks.suite import available_suites, load_suite, load_suite_dir
 
 _REQUIRED = ("id", "prompt", "tests")
 _OPTIONAL = ("files", "solution", "timeout", "difficulty", "tags", "metadata")
 Source = str | os.PathLike[str] | Iterable[Task | Mapping[str, Any]]
+# Where SWE-bench-style rows' repositories are: {"owner/name": history} or a folder of them.
+Repos = Mapping[str, "str | os.PathLike[str]"] | str | os.PathLike[str]
 
 
-class TaskList(list[Task]):
-    """A list of tasks that also records the rows skipped with `skip_invalid=True`."""
+class SWEBenchRowsError(DatasetError):
+    """Rows in the SWE-bench instance schema given without the repositories they name."""
 
-    def __init__(self, tasks: Iterable[Task] = (), skipped: Iterable[str] = ()) -> None:
-        super().__init__(tasks)
-        self.skipped: list[str] = list(skipped)
+
+REPOS_HOW = ("give the git history of each repository its rows name (a clone, bare "
+             "repository, bundle or tarball holding the base commits): repos={'owner/name': "
+             "path} or repos=FOLDER (load_tasks, load_swebench, a task spec), or on the "
+             "command line --repo OWNER/NAME=PATH (repeatable) or --repos FOLDER "
+             "(config key 'repos')")
 
 
 def _files(row: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -93,23 +98,6 @@ def detect_schema(row: Any) -> str | None:
     return None
 
 
-class _Numbered:
-    """Rows read from a JSONL file, each with the 1-based line it is on (what an editor shows)."""
-
-    def __init__(self, pairs: Iterable[tuple[int, Any]]) -> None:
-        self.pairs = pairs
-
-
-def _labelled(rows: Iterable[Any]) -> Iterator[tuple[str, Any]]:
-    """(label, row): "line N" for JSONL rows, else "row N", both 1-based."""
-    if isinstance(rows, _Numbered):
-        for line, row in rows.pairs:
-            yield f"line {line}", row
-        return
-    for index, row in enumerate(rows, 1):
-        yield f"row {index}", row
-
-
 def _resolve_schema(rows: Iterable[tuple[str, Any]], schema: str | None, source: str
                     ) -> tuple[Iterable[tuple[str, Any]], str | None]:
     """The labelled rows (first one peeked) and the schema: as given, or detected from the
@@ -130,11 +118,10 @@ def _resolve_schema(rows: Iterable[tuple[str, Any]], schema: str | None, source:
     if found is None and isinstance(first, Mapping) and "instance_id" in first \
             and "FAIL_TO_PASS" in first:
         where = f"{source}: " if source else ""
-        raise DatasetError(
-            f"{where}{label} is a SWE-bench-style instance: it needs a local checkout or bundle "
-            "per repository; load it with opd_gym.tasks.swebench.load_swebench(path, "
-            "repos={'owner/name': checkout_or_bundle})"
-        )
+        repo = f" of {first['repo']!r}" if isinstance(first.get("repo"), str) else ""
+        raise SWEBenchRowsError(
+            f"{where}{label} is a SWE-bench-style instance{repo} (loaded by "
+            f"opd_gym.tasks.swebench.load_swebench): {REPOS_HOW}")
     if found is None and isinstance(first, Mapping) and "id" not in first \
             and "tests" not in first:
         score = {name: sum(f in first for f in fields) for name, fields in SCHEMA_FIELDS.items()}
@@ -187,72 +174,86 @@ def convert_rows(rows: Iterable[Any], schema: str | None = None, *, skip_invalid
     return out
 
 
-def _jsonl_rows(path: Path) -> _Numbered:
-    """Parsed rows of a JSONL file with their line numbers; a line that is not JSON becomes a
-    ValueError row."""
-    def pairs() -> Iterator[tuple[int, Any]]:
-        with path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        yield number, json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        yield number, ValueError(
-                            f"invalid JSON: {exc.msg} (column {exc.colno})")
-
-    return _Numbered(pairs())
-
-
-def _file_rows(path: Path) -> Iterable[Any]:
-    """Rows of a task file, by suffix: a list, or a mapping whose 'tasks' key holds the list."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return _jsonl_rows(path)
-    if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-    elif suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:
-            raise ImportError("reading YAML task files needs PyYAML: pip install pyyaml") from exc
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    elif suffix == ".toml":
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    else:
-        raise DatasetError(
-            f"{path}: unsupported task file type {suffix!r} (jsonl, json, yaml, toml)")
-    if isinstance(data, Mapping):
-        data = data.get("tasks")
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a list of tasks (or a top-level 'tasks' list)")
-    return data
-
-
 def load_tasks(
-    source: Source, *, schema: str | None = None, skip_invalid: bool = False
+    source: Source, *, schema: str | None = None, skip_invalid: bool = False,
+    repos: Repos | None = None,
 ) -> TaskList:
     """Load tasks from a task file, a suite folder, a built-in suite name, or a list of rows.
 
-    `schema` ("humaneval", "mbpp", "apps", "code_contests", or "opd_gym" for our own) maps
-    dataset rows through an adapter; without it the schema is detected from the first row.
+    `schema` ("humaneval", "mbpp", "apps", "code_contests", "swebench", or "opd_gym" for our
+    own) maps dataset rows through an adapter; without it the schema is detected from the
+    first row. A JSON file written by `opd-gym tasks synth` (a manifest: `version`,
+    `projects`, `tasks` with their mutations) is detected as such and its tasks rebuilt.
+    Rows in the SWE-bench instance schema (SWE-bench, SWE-Gym, SWE-smith) load with
+    `load_swebench` and need `repos`: {"owner/name": history} or a folder holding them.
     Skipped rows are in `.skipped`.
     """
     if isinstance(source, str) and os.sep not in source and "." not in source:
         if source in available_suites():
+            if repos is not None:
+                raise DatasetError(f"repos applies to SWE-bench-style rows, not to the "
+                                   f"built-in suite {source!r}")
             return TaskList(load_suite(source))
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         if path.is_dir():
             if schema not in (None, "auto", "opd_gym"):
                 raise DatasetError("schema applies to row files, not to suite folders")
+            if repos is not None:
+                raise DatasetError(f"repos applies to SWE-bench-style rows, not to the suite "
+                                   f"folder {str(path)!r}")
             return convert_rows(load_suite_dir(path), source=str(path))
         if not path.is_file():
             raise FileNotFoundError(
                 f"no task file, folder or built-in suite named {str(source)!r} "
                 f"(built-in suites: {available_suites()})"
             )
-        return convert_rows(_file_rows(path), schema, skip_invalid=skip_invalid, source=path.name)
-    return convert_rows(source, schema, skip_invalid=skip_invalid)
+        manifest = _manifest(path)
+        if manifest is not None:
+            if schema not in (None, "auto") or repos is not None or skip_invalid:
+                raise DatasetError(f"{path.name} is a synthesis manifest (tasks synth): "
+                                   "schema, repos and skip_invalid do not apply to it")
+            from opd_gym.tasks.synth import manifest_tasks
+
+            return TaskList(manifest_tasks(manifest, path.name))
+        rows: Any = _file_rows(path)
+        label = path.name
+    else:
+        rows, label = source, ""
+    if schema == "swebench":
+        return _swebench(source, repos, skip_invalid, label)
+    try:
+        tasks = convert_rows(rows, schema, skip_invalid=skip_invalid, source=label)
+    except SWEBenchRowsError:
+        if repos is None:
+            raise
+        return _swebench(source, repos, skip_invalid, label)
+    if repos is not None:
+        raise DatasetError(f"{label or 'the rows'}: repos applies to SWE-bench-style rows "
+                           "(instance_id, repo, base_commit, FAIL_TO_PASS...), not to these")
+    return tasks
+
+
+
+def _swebench(source: Any, repos: Repos | None, skip_invalid: bool, label: str) -> TaskList:
+    if repos is None:
+        raise SWEBenchRowsError(f"{label or 'the rows'}: SWE-bench-style rows: {REPOS_HOW}")
+    from opd_gym.tasks.swebench import load_swebench
+
+    return load_swebench(source, repos, skip_invalid=skip_invalid)
+
+
+def _manifest(path: Path) -> Mapping[str, Any] | None:
+    """The parsed JSON of `path` when it is a synthesis manifest, else None."""
+    if path.suffix.lower() != ".json":
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the row reader says what is wrong with it
+    from opd_gym.tasks.synth import is_manifest
+
+    return data if is_manifest(data) else None
 
 
 def load_hf_dataset(

@@ -57,6 +57,20 @@ class RepoInfo:
     def test_ids(self) -> tuple[str, ...]:
         return (*self.fail_to_pass, *self.pass_to_pass)
 
+    def mark_tests(self, grade: dict[str, Any]) -> dict[str, Any]:
+        """`grade` (a GradeReport's dict) with `kind` on each test: "FAIL_TO_PASS",
+        "PASS_TO_PASS", or None for a test in neither list (the report shows the split)."""
+        from opd_gym.nodeids import display_name  # the name a grade shows
+
+        kinds: dict[str, str] = {}
+        for ids, kind in ((self.pass_to_pass, "PASS_TO_PASS"),
+                          (self.fail_to_pass, "FAIL_TO_PASS")):
+            kinds.update({name: kind for i in ids for name in (i, display_name(i))})
+        for test in grade.get("tests") or ():
+            if isinstance(test, dict):
+                test["kind"] = kinds.get(str(test.get("name")))
+        return grade
+
 
 @dataclass(frozen=True)
 class Task:

@@ -3,8 +3,9 @@
 At the end of an episode of a repository task (after the workspace snapshot, before the
 sandbox goes back) `collect_diff` runs git in the episode's sandbox, as the agent, the way the
 agent's own commands run, and returns `git diff --binary BASE` of the working tree against the
-base commit placed at reset, new files included (ignored ones excepted): commits, branches or
-resets the agent made do not hide a change. The result is exact or refused: `text` is the
+base commit placed at reset, new files included (ignored ones and build outputs excepted:
+`.pyc`, `__pycache__/`, `*.egg-info`, `.pytest_cache/`): commits, branches or resets the agent
+made do not hide a change. The result is exact or refused: `text` is the
 diff ("" when the workspace equals the base commit) or None with the `reason` it is unknown
 (the sandbox stopped, `.git` or the base commit is gone, a path cannot be read, git failed).
 `DIFF_CAP` bounds it; a longer diff is cut at a line end and marked `truncated`.
@@ -53,6 +54,8 @@ CLEAN_ENV = {
 SCRIPT = r"""
 set -u
 ws=$1 base=$2 out=$3 cap=$4
+# the paths diffed: everything but build outputs (EXCLUDED), as git pathspecs in "$@"
+set -- . @EXCLUDED@
 say() { printf 'opd-diff: %s\n' "$*"; }
 t=$(mktemp -d /tmp/opd-diff.XXXXXX 2>/dev/null) ||
   { say "error no temporary directory in /tmp"; exit 0; }
@@ -71,12 +74,12 @@ git init -q --bare "$t/repo" 2>"$t/err" || fail "git init failed"
 export GIT_DIR="$t/repo" GIT_WORK_TREE="$ws" GIT_INDEX_FILE="$t/index" \
   GIT_ALTERNATE_OBJECT_DIRECTORIES="$ws/.git/objects"
 g read-tree "$base" 2>"$t/err" || fail "the base commit cannot be read"
-g add --intent-to-add -- . 2>"$t/err" || fail "git add failed"
+g add --intent-to-add -- "$@" 2>"$t/err" || fail "git add failed"
 if grep -q -e 'could not open directory' -e 'Permission denied' -e 'unable to access' "$t/err"
 then fail "a path cannot be read"
 fi
 { g diff --binary --no-ext-diff --no-textconv --no-color --ignore-submodules=dirty "$base" \
-    2>"$t/err"; echo $? >"$t/rc"; } | head -c $((cap + 1)) >"$t/diff"
+    -- "$@" 2>"$t/err"; echo $? >"$t/rc"; } | head -c $((cap + 1)) >"$t/diff"
 n=$(($(wc -c <"$t/diff")))
 rc=$(cat "$t/rc" 2>/dev/null || echo none)
 # a diff over the cap stops git early (SIGPIPE): its status then says nothing
@@ -84,6 +87,12 @@ if [ "$n" -le "$cap" ] && [ "$rc" != 0 ]; then fail "git diff failed (exit $rc)"
 (set -C; cat "$t/diff" >"$ws/$out") 2>"$t/err" || fail "the diff cannot be written"
 say "ok $n"
 """
+# Build outputs never enter the diff (running the tests writes them, the agent did not):
+# git's own pathspec exclusions, so tracked and new files alike are left out.
+EXCLUDED = ("*.pyc", "*.pyo", "__pycache__/**", "*.egg-info/**", "*.egg-info",
+            ".pytest_cache/**")
+SCRIPT = SCRIPT.replace("@EXCLUDED@", " ".join(
+    shlex.quote(f":(exclude,glob)**/{pattern}") for pattern in EXCLUDED))
 
 
 @dataclass(frozen=True)
@@ -177,6 +186,7 @@ def collect_diff(sandbox: Sandbox, base: str, *, cap: int = DIFF_CAP,
 __all__ = [
     "DIFF_CAP",
     "DIFF_TIMEOUT",
+    "EXCLUDED",
     "WorkspaceDiff",
     "base_commit",
     "collect_diff",

@@ -22,9 +22,10 @@ DEFAULT_SUITE = "coding"
 def resolve_tasks(spec: Any) -> list[Task]:
     """Tasks from a suite name, a path, a list of ids (of the built-in suite), Tasks or rows.
 
-    A mapping is a loader call: `{"source": path_or_suite, "schema": ..., "ids": [...]}` or
+    A mapping is a loader call: `{"source": path_or_suite, "schema": ..., "ids": [...]}`
+    (with `"repos": {"owner/name": history}` or a folder for SWE-bench-style rows) or
     `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}` or
-    `{"swebench": rows_file, "repos": {"owner/name": checkout_or_bundle}}`, each with
+    `{"swebench": rows_file, "repos": {"owner/name": checkout_or_bundle} or folder}`, each with
     `"skip_invalid": True` to skip bad rows. The result is a `TaskList` (its `.skipped` names
     the rows skipped).
     """

@@ -17,27 +17,32 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from opd_gym.errors import DatasetError
-from opd_gym.tasks.loaders import TaskList, _file_rows, _labelled
+from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.repo import (
     FIXED_DATE,
     GitError,
+    _is_bundle,
+    _unpacked_repository,
     archive_tree,
     git,
     project_pytest_ini,
     text_files,
 )
+from opd_gym.tasks.rows import TaskList, _file_rows, _labelled
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "FAIL_TO_PASS")
 IMAGE_FIELDS = ("image_name", "docker_image", "image")  # SWE-smith, SWE-Next, others
 DEFAULT_TIMEOUT = 300.0
 Rows = str | os.PathLike[str] | Iterable[Mapping[str, Any]]
+# {"owner/name": a clone, bare repository, bundle or tarball}, or a folder holding them
+Repos = Mapping[str, str | os.PathLike[str]] | str | os.PathLike[str]
 
 
 def is_swebench_row(row: Any) -> bool:
@@ -45,19 +50,20 @@ def is_swebench_row(row: Any) -> bool:
     return isinstance(row, Mapping) and "instance_id" in row and "FAIL_TO_PASS" in row
 
 
-def load_swebench(source: Rows, repos: Mapping[str, str | os.PathLike[str]], *,
+def load_swebench(source: Rows, repos: Repos, *,
                   skip_invalid: bool = False, ignore_images: bool = False,
                   timeout: float = DEFAULT_TIMEOUT) -> TaskList:
     """Repository Tasks from SWE-bench-style rows (a .jsonl/.json file or an iterable).
 
-    `repos` maps each row's `repo` ("owner/name") to a local checkout or git bundle holding
-    its base commits. A bad row raises DatasetError naming the row (1-based; "line N" in a
-    JSONL file) and the field, or with `skip_invalid` is noted in `.skipped`. Rows naming an
-    environment image (`image_name`...) keep it in `RepoInfo.image`: episodes run in that
-    image, which must be on this machine; `ignore_images=True` drops it (you vouch that the
-    sandbox image runs the tests). An optional `setup` field (a command or a list) holds steps
-    that build the task's image offline on the sandbox image (or on the named image), see
-    `opd_gym.sandboxes.env_image`.
+    `repos` maps each row's `repo` ("owner/name") to a local checkout, git bundle or tarball
+    holding its base commits, or is a folder holding them (`owner/name`, `owner__name` or
+    `name`, as is or with .git, .bundle, .tar.gz, .tgz or .tar). A bad row raises
+    DatasetError naming the row (1-based; "line N" in a JSONL file) and the field, or with
+    `skip_invalid` is noted in `.skipped`. Rows naming an environment image (`image_name`...)
+    keep it in `RepoInfo.image`: episodes run in that image, which must be on this machine;
+    `ignore_images=True` drops it (you vouch that the sandbox image runs the tests). An
+    optional `setup` field (a command or a list) holds steps that build the task's image
+    offline on the sandbox image (or on the named image), see `opd_gym.sandboxes.env_image`.
     """
     label_source = ""
     if isinstance(source, str | os.PathLike):
@@ -93,7 +99,7 @@ def load_swebench(source: Rows, repos: Mapping[str, str | os.PathLike[str]], *,
     return out
 
 
-def swebench_task(row: Mapping[str, Any], repos: Mapping[str, str | os.PathLike[str]], *,
+def swebench_task(row: Mapping[str, Any], repos: Repos, *,
                   ignore_images: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Task:
     """One SWE-bench-style row as a repository Task (see `load_swebench`)."""
     with _Readers(repos) as readers:
@@ -249,13 +255,50 @@ def _hidden_tests(tree: Mapping[str, bytes], changes: Mapping[str, bytes | None]
     return {path: _decode(tree[path], "test_patch", path) for path in sorted(wanted)}
 
 
-class _Readers:
-    """A readable repository per repo name: a checkout as is, a bundle cloned once (temp)."""
+# How a repository named "owner/name" may be found in a folder given as `repos`.
+FOLDER_NAMES = ("{owner}/{name}", "{owner}__{name}", "{name}")
+FOLDER_SUFFIXES = ("", ".git", ".bundle", ".tar.gz", ".tgz", ".tar")
 
-    def __init__(self, repos: Mapping[str, str | os.PathLike[str]]) -> None:
-        self.repos = repos
+
+def find_in_folder(folder: Path, repo_name: str) -> Path | None:
+    """The history of `repo_name` ("owner/name") in `folder`: the first of owner/name,
+    owner__name and name that is a repository (a clone or bare) or a file (a bundle or a
+    tarball), as is or with .git, .bundle, .tar.gz, .tgz or .tar."""
+    owner, _, name = repo_name.rpartition("/")
+    for pattern in FOLDER_NAMES if owner else ("{name}",):
+        stem = pattern.format(owner=owner, name=name)
+        for suffix in FOLDER_SUFFIXES:
+            candidate = folder / f"{stem}{suffix}"
+            if candidate.is_file() or (candidate / ".git").exists() \
+                    or (candidate / "HEAD").is_file():
+                return candidate
+    return None
+
+
+class _Readers:
+    """A readable repository per repo name: a checkout as is, a bundle cloned once (temp), a
+    tarball unpacked once (temp). `repos` maps names to histories, or is a folder of them."""
+
+    def __init__(self, repos: Mapping[str, str | os.PathLike[str]] | str | os.PathLike[str]
+                 ) -> None:
+        if isinstance(repos, str | os.PathLike):
+            self.folder: Path | None = Path(repos)
+            if not self.folder.is_dir():
+                raise DatasetError(f"repos: {str(repos)!r} is not a folder (give a folder "
+                                   "holding one repository per name, or a mapping)")
+            self.repos: Mapping[str, str | os.PathLike[str]] = {}
+        elif isinstance(repos, Mapping):
+            self.folder, self.repos = None, repos
+        else:
+            raise DatasetError(f"repos must map 'owner/name' to a repository path, or be a "
+                               f"folder of them; got {type(repos).__name__}")
         self._clones: dict[str, tuple[Path, Path]] = {}
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def _scratch(self) -> Path:
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="opd-swe-bundles-")
+        return Path(self._tmp.name) / str(len(self._clones))
 
     def __enter__(self) -> _Readers:
         return self
@@ -268,15 +311,31 @@ class _Readers:
         """(the history to record, a repository to read it from)."""
         if name in self._clones:
             return self._clones[name]
-        if name not in self.repos:
+        if self.folder is not None:
+            found = find_in_folder(self.folder, name)
+            if found is None:
+                owner, _, short = name.rpartition("/")
+                tried = "/".join(p.format(owner=owner, name=short) for p in FOLDER_NAMES)
+                raise DatasetError(f"field 'repo': no repository for {name!r} in "
+                                   f"{str(self.folder)!r} (looked for {tried}, as a clone, "
+                                   "bare repository, .bundle or .tar.gz); put it there or "
+                                   f"name it: repos={{{name!r}: path}} / --repo {name}=PATH")
+            source = found.resolve()
+        elif name not in self.repos:
             known = ", ".join(sorted(self.repos)[:10]) or "none"
             raise DatasetError(f"field 'repo': no local checkout or bundle given for {name!r} "
-                               f"(repos= names: {known})")
-        source = Path(self.repos[name]).resolve()
-        if source.is_file():  # a bundle: clone it once for reading
-            if self._tmp is None:
-                self._tmp = tempfile.TemporaryDirectory(prefix="opd-swe-bundles-")
-            reader = Path(self._tmp.name) / str(len(self._clones))
+                               f"(repos= names: {known}); add repos={{{name!r}: path}} "
+                               f"(--repo {name}=PATH, or --repos FOLDER)")
+        else:
+            source = Path(self.repos[name]).resolve()
+        if source.is_file() and not _is_bundle(source) and tarfile.is_tarfile(source):
+            reader = self._scratch()  # a tarball of a clone or bare repository: unpack once
+            try:
+                reader = _unpacked_repository(source, reader, name)
+            except ConfigError as exc:
+                raise DatasetError(f"field 'repo': {exc}") from None
+        elif source.is_file():  # a bundle: clone it once for reading
+            reader = self._scratch()
             try:
                 git(["clone", "-q", "--bare", str(source), str(reader)])
             except GitError as exc:
@@ -291,4 +350,5 @@ class _Readers:
         return source, reader
 
 
-__all__ = ["DEFAULT_TIMEOUT", "is_swebench_row", "load_swebench", "swebench_task"]
+__all__ = ["DEFAULT_TIMEOUT", "find_in_folder", "is_swebench_row", "load_swebench",
+           "swebench_task"]

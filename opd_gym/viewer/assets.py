@@ -69,6 +69,7 @@ font-weight:600;letter-spacing:.02em}
 .pass{background:#dcfce7;color:#166534}
 .fail{background:#fee2e2;color:#991b1b}
 .ungraded{background:#e5e7eb;color:#374151}
+.kind.f2p{background:#dbeafe;color:#1e40af}.kind.p2p{background:#f3f4f6;color:#4b5563}
 .unfinished{background:#fef3c7;color:#92400e}
 .chip{display:inline-block;background:#f3f4f6;border:1px solid #e5e7eb;border-radius:5px;
 padding:0 6px;font-size:12px;color:#374151;margin:1px 2px}

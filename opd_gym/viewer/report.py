@@ -280,6 +280,15 @@ def _or_na(value: float | None) -> str:
     return "n/a" if value is None or not math.isfinite(value) else fmt(value)
 
 
+# A repository task's test split, as marked in the grade (RepoInfo.mark_tests).
+_TEST_KINDS = {
+    "FAIL_TO_PASS": ' <span class="badge kind f2p" title="FAIL_TO_PASS: fails at the base '
+                    'commit, must pass once fixed (earns the grade)">F2P</span>',
+    "PASS_TO_PASS": ' <span class="badge kind p2p" title="PASS_TO_PASS: passes at the base '
+                    'commit and must keep passing (gates the grade)">P2P</span>',
+}
+
+
 def _grade(grade: dict[str, Any]) -> str:
     if not grade:
         return ""
@@ -297,7 +306,8 @@ def _grade(grade: dict[str, Any]) -> str:
         outcome = str(test.get("outcome", "?"))
         cls = "pass" if outcome == "passed" else "fail"
         message = pre(str(test.get("message") or "")) if test.get("message") else ""
-        rows.append(f'<tr><td><span class="badge {cls}">{esc(outcome)}</span></td>'
+        kind = _TEST_KINDS.get(test.get("kind"), "")  # repository tasks: F2P or P2P
+        rows.append(f'<tr><td><span class="badge {cls}">{esc(outcome)}</span>{kind}</td>'
                     f'<td class="mono">{esc(test.get("name", "?"))}</td><td>{message}</td></tr>')
     table = f'<table class="tests">{"".join(rows)}</table>' if rows else ""
     output = ""

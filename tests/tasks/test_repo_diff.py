@@ -276,3 +276,29 @@ def test_a_synthesized_workspace_names_its_base_commit():
                 repo=RepoInfo(name="toy", fail_to_pass=["test_a.py::test_a"], synthesized=True))
     head = workspace_files(task)[".git/refs/heads/main"].decode().strip()
     assert base_commit(task) == head and len(head) == 40
+
+
+@pytest.mark.docker
+def test_build_outputs_never_enter_the_diff(docker_pool, swe_task):
+    """Running the tests and installing the project write .pyc, __pycache__/, .pytest_cache/
+    and *.egg-info in the workspace: the diff holds the agent's edit alone."""
+    sandbox = docker_pool.acquire()
+    try:
+        sandbox.write_files(workspace_files(swe_task))
+        sandbox.write_file("minicalc/core.py", CORE_FIXED)
+        made = sandbox.run(
+            "python3 -m pytest -q -p cacheprovider tests >/dev/null 2>&1; "
+            "python3 -m compileall -q minicalc >/dev/null; touch top.pyc stale.pyo && "
+            "mkdir -p src/minicalc.egg-info && echo x > src/minicalc.egg-info/PKG-INFO && "
+            "echo y > old.egg-info && find . -path ./.git -prune -o -type f -print | sort",
+            timeout=120).output
+        for built in ("minicalc/__pycache__/core.cpython-", ".pytest_cache/", "./top.pyc",
+                      "src/minicalc.egg-info/PKG-INFO", "./old.egg-info"):
+            assert built in made, made  # they are there...
+        diff = collect_diff(sandbox, base_commit(swe_task))
+        assert diff.reason is None, diff
+        # ...and only the edit is in the diff
+        assert diff.text.count("diff --git") == 1, diff.text
+        assert "diff --git a/minicalc/core.py b/minicalc/core.py\n" in diff.text
+    finally:
+        sandbox.close()
