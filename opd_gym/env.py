@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym.episode import (  # noqa: F401  (end reasons, re-exported for old imports)
+    DEFAULT_TOOL_OUTPUT_CHARS,
     FORMAT_ERRORS,
     MAX_TURNS,
     SANDBOX_DIED,
@@ -65,6 +66,9 @@ class CodingEnv(gym.Env[str, Any]):
             calibrated once); default: one of this env's own, made with its pool.
         image_budget: disk kept for repository tasks' environment images (bytes or "20g");
             least recently used images beyond it are removed after a build.
+        max_tool_output_chars: characters of one tool result the agent sees (default 10,000;
+            0 or None: no limit); longer output keeps its head and tail (half the budget
+            each) around a marker naming the characters elided and how to see more.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -89,6 +93,7 @@ class CodingEnv(gym.Env[str, Any]):
         tool_format: Any = "hermes",
         grader: Grader | None = None,
         image_budget: int | str = DEFAULT_BUDGET,
+        max_tool_output_chars: int | None = DEFAULT_TOOL_OUTPUT_CHARS,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} "
@@ -97,7 +102,7 @@ class CodingEnv(gym.Env[str, Any]):
             max_turns, max_format_errors, tool_timeout, max_tool_timeout, max_calls_per_turn,
             step_time_budget, parse_bash_blocks, reward_weights, binary_correctness,
             tools if tools is not None else EpisodeSettings.tool_names, tool_format,
-            system_prompt or "")
+            system_prompt or "", max_tool_output_chars=max_tool_output_chars)
         self.tasks = resolve_tasks(tasks)
         self.sandbox_spec, self.pool_size, self.render_mode = sandbox, pool_size, render_mode
         self.observation_space, self.action_space = UnicodeText(), ModelOutput()

@@ -25,7 +25,7 @@ from opd_gym.sandboxes import Sandbox, SandboxDied, SandboxError, SandboxPool, S
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.repo import workspace_files
 from opd_gym.tasks.repo_diff import WorkspaceDiff, base_commit, collect_diff
-from opd_gym.tools.executor import ToolExecutor, ToolResult, error_result
+from opd_gym.tools.executor import MIN_OUTPUT_CHARS, ToolExecutor, ToolResult, error_result
 from opd_gym.tools.formats import ToolFormat, get_tool_format
 from opd_gym.tools.parsing import ParsedOutput, ToolCall, parse_openai_tool_calls
 from opd_gym.tools.prompt import default_system_prompt
@@ -46,6 +46,18 @@ SUBMITTED, MAX_TURNS, FORMAT_ERRORS, SANDBOX_DIED = (
 )
 
 Died = SandboxDied | SandboxTimeout
+DEFAULT_TOOL_OUTPUT_CHARS = 10_000  # characters of one tool result the agent sees
+
+
+def check_output_budget(value: object, name: str = "max_tool_output_chars") -> int | None:
+    """A tool-output budget as the env keeps it: an int >= MIN_OUTPUT_CHARS, or None for no
+    limit (0 and None alike); anything else is a ConfigError saying what is accepted."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value == 0):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_OUTPUT_CHARS:
+        raise ConfigError(f"{name} must be a whole number of characters of at least "
+                          f"{MIN_OUTPUT_CHARS}, or 0 or None for no limit, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,7 @@ class EpisodeSettings:
     tool_names: tuple[str, ...] = TOOL_NAMES
     tool_format: ToolFormat = field(default_factory=get_tool_format)
     system_prompt: str = ""
+    max_tool_output_chars: int | None = DEFAULT_TOOL_OUTPUT_CHARS
     tools_json: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -80,6 +93,7 @@ class EpisodeSettings:
             raise ConfigError(f"tool_timeout and max_tool_timeout must be > 0 seconds, got "
                               f"{self.tool_timeout} and {self.max_tool_timeout}")
         setter = object.__setattr__
+        setter(self, "max_tool_output_chars", check_output_budget(self.max_tool_output_chars))
         setter(self, "reward_weights", RewardWeights.from_config(self.reward_weights))
         setter(self, "tool_names", tuple(check_tool_names(self.tool_names)))
         setter(self, "tool_format", get_tool_format(self.tool_format))
@@ -115,7 +129,8 @@ class Episode:
         self._grader = grader if grader is not None else Grader(pool)
         self.sandbox: Sandbox | None = _prepared_sandbox(pool, task)
         self._executor = ToolExecutor(self.sandbox, default_timeout=settings.tool_timeout,
-                                      max_timeout=settings.max_tool_timeout)
+                                      max_timeout=settings.max_tool_timeout,
+                                      max_output_chars=settings.max_tool_output_chars)
         self.prompt = task_prompt(task)
         self.messages: list[Message] = [system_message(settings.system_prompt),
                                         user_message(self.prompt)]
@@ -215,6 +230,8 @@ class Episode:
                 info["snapshot_skipped_count"] = self.snapshot_skipped_count
             if self.grade is not None:
                 info["grade"] = self.grade.to_dict()
+                if self.task.repo is not None:  # each test's kind: FAIL_TO_PASS/PASS_TO_PASS
+                    self.task.repo.mark_tests(info["grade"])
                 if self.snapshot_skipped_count:
                     # what the grade could not see is part of the grade, never a silent 0
                     info["grade"]["not_carried"] = list(self.snapshot_skipped)
@@ -400,11 +417,13 @@ def _result_info(result: ToolResult) -> dict[str, Any]:
 
 
 __all__ = [
+    "DEFAULT_TOOL_OUTPUT_CHARS",
     "FORMAT_ERRORS",
     "MAX_TURNS",
     "SANDBOX_DIED",
     "SUBMITTED",
     "Episode",
     "EpisodeSettings",
+    "check_output_budget",
     "task_prompt",
 ]

@@ -37,6 +37,7 @@ class SkipReason(StrEnum):
     TEACHER_INPUT = "teacher_input"
     HISTORY_REWRITTEN = "history_rewritten"
     TEACHER_ERROR = "teacher_error"
+    CONTEXT_TOO_LONG = "context_too_long"  # the teacher input is longer than its window
     COPIED_HINT = "copied_hint"
     OTHER = "other"
 

@@ -31,7 +31,7 @@ from opd_gym.opd.chat import (
 from opd_gym.opd.copyguard import COPY_GUARDS, copied_positions
 from opd_gym.opd.judges import Verdict, as_verdict
 from opd_gym.opd.record import OPDRecord, SkipReason
-from opd_gym.opd.teachers.base import ScoreRequest, Teacher
+from opd_gym.opd.teachers.base import ContextTooLong, ScoreRequest, Teacher, context_limit
 from opd_gym.opd.turns import TurnSample
 
 Scope = Literal["turn", "episode"]
@@ -259,12 +259,21 @@ class Scorer:
             except Exception as exc:
                 records[i] = self._unscored(judged[i], f"teacher input: {exc}",
                                             SkipReason.TEACHER_INPUT)
+        limit = context_limit(self.teacher)
+        for i in list(requests):  # too long for the teacher: said per turn, the rest scored
+            if limit is not None and len(requests[i][0].ids) > limit:
+                records[i] = self._unscored(judged[i], too_long(len(requests.pop(i)[0].ids),
+                                                                limit),
+                                            SkipReason.CONTEXT_TOO_LONG)
         order = list(requests)
         controls = [i for i in order if self._take_control(judged[i])]
         control_requests = []
         for i in list(controls):
             try:
-                control_requests.append(self._control_request(judged[i]))
+                control = self._control_request(judged[i])
+                if limit is not None and len(control.ids) > limit:
+                    raise ContextTooLong(too_long(len(control.ids), limit))
+                control_requests.append(control)
             except Exception:  # the control is best effort: the scored turn stands
                 controls.remove(i)
         started = time.perf_counter()
@@ -333,9 +342,12 @@ class Scorer:
 
     def _fail(self, judged, indices, records, exc: Exception) -> None:
         """A teacher failure leaves these turns unscored, saying why; nothing is lost."""
+        if isinstance(exc, ContextTooLong):
+            why, reason = f"context too long: {exc}", SkipReason.CONTEXT_TOO_LONG
+        else:
+            why, reason = f"teacher error: {type(exc).__name__}: {exc}", SkipReason.TEACHER_ERROR
         for i in indices:
-            records[i] = self._unscored(judged[i], f"teacher error: {type(exc).__name__}: {exc}",
-                                        SkipReason.TEACHER_ERROR)
+            records[i] = self._unscored(judged[i], why, reason)
 
     def _record(
         self,
@@ -378,6 +390,13 @@ class Scorer:
 
     def close(self) -> None:
         self._judges.shutdown(wait=True)
+
+
+def too_long(length: int, limit: int) -> str:
+    """Why a turn was not scored when its teacher input does not fit the teacher's window."""
+    return (f"context too long: the teacher input has {length} tokens, more than the "
+            f"teacher's context window of {limit}; lower max_turns or the tool-output budget "
+            "(max_tool_output_chars), or use a teacher with a longer context")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class RolloutConfig:
     opd_options: Mapping[str, Any] | OPDConfig = field(default_factory=dict)
     tool_format: str = "hermes"  # how the policy writes tool calls (tools/formats)
     repeat: int = 1  # rollouts per task in a row (a group: GRPO, pass@k), each its own seed
+    max_tool_output_chars: int | None = 10_000  # of one tool result the agent sees (0/None: all)
 
     def plan(self, episode: int, task_ids: list[str]) -> tuple[str, int]:
         """(task id, seed) of episode `episode`: task (i // repeat) mod n, seed `seed + i`
@@ -105,8 +106,23 @@ def read_config_file(path: str | Path, actions: Iterable[argparse.Action]) -> di
             for dest, flag in _task_spec_flags(value, where).items():
                 values[dest] = _flag_value(by_dest[dest], flag, where)
             continue
+        if value is None and key in values:  # set by the task spec (config.json has both)
+            continue
+        if key == "repo" and value is not None:
+            value = _repo_pairs(value, where)
         values[key] = _flag_value(by_dest[key], value, where)
     return values
+
+
+def _repo_pairs(value: Any, where: str) -> list[str]:
+    """`repo` as `--repo` flags: a table {"owner/name": path} or a list of "owner/name=path"."""
+    if isinstance(value, Mapping):
+        value = [f"{name}={path}" for name, path in value.items()]
+    if not isinstance(value, list) or not value or not all(
+            isinstance(v, str) and "=" in v for v in value):
+        raise ConfigError(f"{where}: give a table {{\"owner/name\" = path}} or a list of "
+                          "\"owner/name=path\" strings")
+    return list(value)
 
 
 def _flag_value(action: argparse.Action, value: Any, where: str) -> Any:
@@ -120,6 +136,8 @@ def _flag_value(action: argparse.Action, value: Any, where: str) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: {value!r} is not true or false")
         return value
+    if isinstance(value, list) and action.dest == "repo":
+        return list(value)  # checked by _repo_pairs
     if isinstance(value, list) and action.dest == "task_ids":
         if not value or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{where}: {value!r} is not a list of task ids")
@@ -143,15 +161,23 @@ def _kind(action: argparse.Action) -> str:
     if action.type in (int, float):
         return "number"
     name = getattr(action.type, "__name__", "")
-    return {"_positive": "positive integer", "_seconds": "number of seconds"}.get(name, "string")
+    return {"_positive": "positive integer", "_seconds": "number of seconds",
+            "_output_chars": "number of characters"}.get(name, "string")
 
 
 def _task_spec_flags(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A task spec as config.json holds it ({source|dataset, schema, split, skip_invalid})
-    as the flags that made it: tasks, schema, skip_invalid."""
-    unknown = sorted(set(spec) - {"source", "dataset", "schema", "split", "skip_invalid"})
+    """A task spec as config.json holds it ({source|dataset, schema, split, skip_invalid,
+    repos}; or the Python form {swebench, repos}) as the flags that made it: tasks, schema,
+    skip_invalid, repo or repos."""
+    unknown = sorted(set(spec) - {"source", "dataset", "schema", "split", "skip_invalid",
+                                  "repos", "swebench"})
     if unknown:
         raise ConfigError(f"{where}: unknown task spec key(s) {', '.join(unknown)}")
+    if "swebench" in spec:
+        if "source" in spec or "dataset" in spec:
+            raise ConfigError(f"{where}: 'swebench' names the rows file; no 'source' beside it")
+        spec = {**spec, "source": spec["swebench"], "schema": "swebench"}
+        del spec["swebench"]
     source, dataset, split = spec.get("source"), spec.get("dataset"), spec.get("split")
     if (source is None) == (dataset is None):
         raise ConfigError(f"{where}: a task spec needs one of 'source' or 'dataset'")
@@ -167,6 +193,11 @@ def _task_spec_flags(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
         flags["schema"] = spec["schema"]
     if spec.get("skip_invalid") is not None:
         flags["skip_invalid"] = spec["skip_invalid"]
+    repos = spec.get("repos")
+    if isinstance(repos, str):
+        flags["repos"] = repos
+    elif repos is not None:
+        flags["repo"] = _repo_pairs(repos, f"{where}, 'repos'")
     return flags
 
 

@@ -78,6 +78,16 @@ class RunSummary:
         return self.metrics.positions
 
     @property
+    def turns_recorded(self) -> int:
+        """Turns that carry an OPD record, scored or not (turns_scored + unscored)."""
+        return self.metrics.turns
+
+    @property
+    def unscored(self) -> dict[str, int]:
+        """Turns left without teacher signal, by reason (a SkipReason value), most first."""
+        return dict(sorted(self.metrics.unscored.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
     def hint_rate(self) -> float:
         return self.metrics.hints / self.metrics.scored if self.metrics.scored else 0.0
 
@@ -116,6 +126,7 @@ class RunSummary:
             ("mean reward", f"{self.mean_reward:.3f}" if self.episodes else "n/a"),
             ("hint rate", f"{self.hint_rate:.0%} of {self.turns_scored} scored turns"
              if self.turns_scored else "n/a (no scored turn)"),
+            *([("turns scored", scoring_text(self.metrics))] if self.turns_recorded else []),
             ("tokens scored", str(self.tokens_scored)),
             ("time", f"{self.seconds:.1f} s"),
         ]
@@ -134,6 +145,18 @@ class RunSummary:
                 rows.append((label, f"{count} (--resume plays them again)"))
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def scoring_text(metrics: OPDMetrics) -> str:
+    """Scored turns beside the unscored ones and why, from records (e.g. "1 of 6; unscored 5
+    (context too long: 5)")."""
+    text = f"{metrics.scored} of {metrics.turns}"
+    unscored = sum(metrics.unscored.values())
+    if unscored:
+        reasons = sorted(metrics.unscored.items(), key=lambda kv: (-kv[1], kv[0]))
+        text += f"; unscored {unscored} (" + ", ".join(
+            f"{reason.replace('_', ' ')}: {count}" for reason, count in reasons) + ")"
+    return text
 
 
 def opd_footing_rows(metrics: OPDMetrics) -> list[tuple[str, str]]:
@@ -208,4 +231,4 @@ def episode_metrics(row: EpisodeRow, summary: RunSummary) -> dict[str, float]:
     return out
 
 
-__all__ = ["RunSummary", "episode_metrics", "group_stats", "pass_at_k"]
+__all__ = ["RunSummary", "episode_metrics", "group_stats", "pass_at_k", "scoring_text"]

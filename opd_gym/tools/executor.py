@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from opd_gym.sandboxes import (
     FileTooLarge,
@@ -25,6 +25,25 @@ from opd_gym.tools.parsing import ToolCall
 from opd_gym.tools.schemas import EDIT_FILE, READ_FILE, TERMINAL, WRITE_FILE
 
 SIGKILL_CODES = (137, -9)
+MIN_OUTPUT_CHARS = 200  # the smallest tool-output budget (head + tail) an env accepts
+
+
+def elision_marker(elided: int, limit: int, extra: str = "") -> str:
+    """The line put between the kept head and tail of a tool result over its budget."""
+    return (f"\n[... {elided} characters elided: this result is over the {limit}-character "
+            f"limit for one tool result{extra}. To see the part you need, read_file with offset "
+            "and limit, or filter the output with head, tail, grep or sed -n ...]\n")
+
+
+def clip_output(text: str, limit: int | None, extra: str = "") -> tuple[str, int]:
+    """`text` cut to its first `limit // 2` and last `limit - limit // 2` characters with an
+    `elision_marker` between them when it is longer than `limit` (None or 0: no limit);
+    returns (text, characters elided). `extra` is added to the marker's first sentence."""
+    if not limit or len(text) <= limit:
+        return text, 0
+    head, tail = limit // 2, limit - limit // 2
+    elided = len(text) - limit
+    return text[:head] + elision_marker(elided, limit, extra) + text[len(text) - tail:], elided
 
 
 @dataclass(frozen=True)
@@ -53,9 +72,15 @@ def error_result(
     return ToolResult(call.id, call.name, f"Error: {message}", ok=False, error=kind, duration=spent)
 
 
-def describe_run(result: RunResult) -> str:
-    """Command output plus a status line: exit code, timeout, or a likely out-of-memory kill."""
-    output = result.output.rstrip("\n") or "(no output)"
+def describe_run(result: RunResult, limit: int | None = None) -> str:
+    """Command output plus a status line: exit code, timeout, or a likely out-of-memory kill.
+
+    Output over `limit` characters keeps its head and tail around an elision marker (the
+    status line is always kept whole)."""
+    extra = (f" (the command wrote {result.output_bytes} bytes in all)"
+             if result.truncated and result.output_bytes else "")
+    output, _ = clip_output(result.output.rstrip("\n"), limit, extra)
+    output = output or "(no output)"
     if result.timed_out:
         status = (f"[timed out after {result.duration:.0f} s: the command and its children "
                   "were killed]")
@@ -88,12 +113,17 @@ class ToolExecutor:
         max_timeout: float = 600.0,
         read_lines: int = 2000,
         max_read_chars: int = 32768,
+        max_output_chars: int | None = None,
     ) -> None:
+        """`max_output_chars` caps the text of every result (None: no cap): longer output
+        keeps its head and tail around a marker naming the characters elided (`clip_output`);
+        read_file stops at a line boundary within it and says where to continue."""
         self.sandbox = sandbox
         self.default_timeout = default_timeout
         self.max_timeout = max_timeout
         self.read_lines = read_lines
-        self.max_read_chars = max_read_chars
+        self.max_output_chars = max_output_chars or None
+        self.max_read_chars = min(max_read_chars, max_output_chars or max_read_chars)
         self._time_left: float | None = None
         self._tools = {
             TERMINAL: self.terminal,
@@ -106,7 +136,18 @@ class ToolExecutor:
         """Run one call; tool errors become results, a dead sandbox raises.
 
         `time_left` (seconds) caps a terminal command's timeout: the env's per-step budget.
+        Every result's text is kept within `max_output_chars` (terminal output and read_file
+        text are cut before their status note, which is always kept whole).
         """
+        result = self._run(call, time_left)
+        if result.name in (TERMINAL, READ_FILE) and result.error in ("", "timeout"):
+            return result  # cut by the tool itself, before its status note
+        content, elided = clip_output(result.content, self.max_output_chars)
+        if not elided:
+            return result
+        return replace(result, content=content, truncated=True)
+
+    def _run(self, call: ToolCall, time_left: float | None) -> ToolResult:
         started = time.perf_counter()
         if not call.valid:
             return error_result(call, "invalid_call", call.error or "invalid call")
@@ -143,14 +184,16 @@ class ToolExecutor:
         if budget is not None and clipped:
             timeout = max(budget, 0.001)
         result = self.sandbox.run(call.arguments["command"], timeout=timeout)
-        content = describe_run(result)
+        content = describe_run(result, self.max_output_chars)
+        limit = self.max_output_chars
+        cut = limit is not None and len(result.output.rstrip("\n")) > limit
         if clipped and result.timed_out:
             content += (f"\n[the command was stopped by the per-step time budget: this turn's "
                         f"tool calls had {timeout:.0f} s left]")
         return ToolResult(
             call.id, call.name, content, ok=not result.timed_out,
             error="timeout" if result.timed_out else "", exit_code=result.exit_code,
-            timed_out=result.timed_out, truncated=result.truncated,
+            timed_out=result.timed_out, truncated=result.truncated or cut,
             duration=time.perf_counter() - started,
         )
 
@@ -188,10 +231,11 @@ class ToolExecutor:
             body.append(line)
             used += len(line)
         last = offset + len(body) - 1
-        content = "".join(body)
-        truncated = last < len(lines)
+        content, elided = clip_output("".join(body), self.max_output_chars)  # one huge line
+        more_lines = last < len(lines)
+        truncated = more_lines or elided > 0
         if offset > 1 or truncated:
-            more = f"; call read_file with offset={last + 1} to continue" if truncated else ""
+            more = f"; call read_file with offset={last + 1} to continue" if more_lines else ""
             content = f"{content.rstrip(chr(10))}\n[lines {offset}-{last} of {len(lines)}{more}]"
         return ToolResult(call.id, call.name, content, truncated=truncated,
                           duration=time.perf_counter() - started)

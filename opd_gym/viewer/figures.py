@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from opd_gym.runs import hint_rate
+from opd_gym.runs.summary import scoring_text
 from opd_gym.viewer.markup import esc, fmt
 from opd_gym.viewer.run import Episode, Run, as_dict, as_float
 
@@ -177,7 +178,21 @@ def metric_figures(run: Run) -> str:
         + _disagreement(run) + group_section(run) +
         '<h2>OPD metrics</h2>'
         f'<div class="figs" id="opd-metrics">{"".join(opd_cards)}</div>'
+        + turn_scoring(run)
     )
+
+
+def turn_scoring(run: Run) -> str:
+    """Scored turns beside the unscored ones, with the count per reason, recounted from the
+    played rows' records (as the CLI summary prints them); a warning when any was left out
+    for a reason other than the judge having no hint."""
+    metrics = run.stats.metrics
+    if not metrics.turns:
+        return ""
+    missing = sum(n for reason, n in metrics.unscored.items() if reason != "no_hint")
+    box = "card err-note" if missing else "card"
+    return (f'<div class="{box}" id="turn-scoring" style="margin-top:8px"><b>Turns scored</b> '
+            f"{esc(scoring_text(metrics))}</div>")
 
 
 def _disagreement(run: Run) -> str:

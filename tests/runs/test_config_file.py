@@ -106,6 +106,9 @@ def test_config_json_task_spec_mapping_reads_back_as_flags(tmp_path):
     ("{episodes: 1", ".json", "not JSON"),
     ("episodes = ", ".toml", "not TOML"),
     ("max-turns = 0", ".toml", "key 'max-turns': must be at least 1, got 0"),
+    ('{"max_tool_output": 5}', ".json", "key 'max_tool_output': must be at least 200 "
+     "characters, or 0 for no limit, got 5"),
+    ("max-tool-output = 2.5", ".toml", "key 'max-tool-output': '2.5' is not a whole number"),
 ])
 def test_bad_config_file_is_one_line_rc2_nothing_written(tmp_path, capsys, monkeypatch,
                                                          text, suffix, expected):

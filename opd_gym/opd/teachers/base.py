@@ -8,7 +8,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from opd_gym.errors import ModelError
+from opd_gym.errors import ConfigError, ModelError
+
+
+class ContextTooLong(ConfigError):
+    """A teacher input longer than the teacher's context window (`context_limit`)."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,15 @@ class Teacher(Protocol):
     def score(self, requests: Sequence[ScoreRequest], topk: int) -> list[list[SpanScores]]:
         """Per request, per span: the teacher's scores (see ScoreRequest for alignment)."""
         ...
+
+
+def context_limit(teacher: Any) -> int | None:
+    """The most ids one teacher input may hold (its `context_limit`: the configured
+    max_model_len, else the model's max_position_embeddings), or None when unknown."""
+    limit = getattr(teacher, "context_limit", None)
+    if isinstance(limit, bool) or not isinstance(limit, int | np.integer) or limit < 1:
+        return None
+    return int(limit)
 
 
 def validate_requests(requests: Sequence[ScoreRequest], topk: int, vocab_size: int) -> None:

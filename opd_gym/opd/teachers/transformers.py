@@ -35,7 +35,12 @@ import torch
 
 from opd_gym.errors import ConfigError
 from opd_gym.models.dtypes import DEFAULTS, normalize_dtype, resolve_dtype
-from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, validate_requests
+from opd_gym.opd.teachers.base import (
+    ContextTooLong,
+    ScoreRequest,
+    SpanScores,
+    validate_requests,
+)
 from opd_gym.opd.teachers.batching import BatchScheduler
 from opd_gym.opd.teachers.kv_cache import KVCachePool, common_prefix
 
@@ -164,6 +169,14 @@ class TransformersTeacher:
         return self._scheduler.enabled
 
     @property
+    def context_limit(self) -> int | None:
+        """The longest input scored: `max_model_len` if given, else the model's
+        max_position_embeddings (None when the config has neither)."""
+        limit = self.max_model_len or getattr(self.model.config.get_text_config(),
+                                              "max_position_embeddings", None)
+        return int(limit) if limit else None
+
+    @property
     def vocab_size(self) -> int:
         """Rows of the output distribution (the LM head's size, may exceed len(tokenizer))."""
         return int(self.model.get_output_embeddings().weight.shape[0])
@@ -186,13 +199,12 @@ class TransformersTeacher:
         """Per request, per span: sampled-token logprobs and raw top-K (thread-safe)."""
         requests = list(requests)
         validate_requests(requests, topk, self.vocab_size)
-        limit = self.max_model_len or getattr(self.model.config.get_text_config(),
-                                              "max_position_embeddings", None)
+        limit = self.context_limit
         for i, req in enumerate(requests):
             if limit and len(req.ids) > limit:
                 what = "max_model_len" if self.max_model_len else "max_position_embeddings"
-                raise ValueError(f"request {i} has {len(req.ids)} ids, more than the teacher's "
-                                 f"{what} {limit}")
+                raise ContextTooLong(f"request {i} has {len(req.ids)} ids, more than the "
+                                     f"teacher's {what} {limit}")
         if not requests:
             return []
         return self._scheduler.submit([(req, int(topk)) for req in requests])

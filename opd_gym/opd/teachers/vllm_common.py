@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from opd_gym.errors import ConfigError, ModelError
-from opd_gym.opd.teachers.base import ScoreRequest, SpanScores
+from opd_gym.errors import ModelError
+from opd_gym.opd.teachers.base import ContextTooLong, ScoreRequest, SpanScores
 
 SERVER_NEG_INF = -9999.0  # the server's JSON spelling of -inf
 
@@ -99,10 +99,17 @@ def split_spans(
     return out
 
 
+def served_limit(max_model_len: int | None) -> int | None:
+    """The longest input a vLLM model scores: max_model_len - 1 (one generated token), or
+    None when the server did not say."""
+    return int(max_model_len) - 1 if isinstance(max_model_len, int) and max_model_len > 1 \
+        else None
+
+
 def check_length(request_index: int, length: int, max_model_len: int | None) -> None:
     """Refuse a prompt vLLM cannot take (it also needs room for the one generated token)."""
     if max_model_len is not None and length > max_model_len - 1:
-        raise ConfigError(f"request {request_index}: {length} tokens to score exceed the vLLM "
+        raise ContextTooLong(f"request {request_index}: {length} tokens to score exceed the vLLM "
                          f"model's max_model_len - 1 = {max_model_len - 1}; raise "
                          "--max-model-len or score shorter sequences (hint_scope='turn')")
 

@@ -33,6 +33,7 @@ from opd_gym.opd.teachers.vllm_common import (
     rows_from_dicts,
     scored_positions,
     select_rows,
+    served_limit,
     split_spans,
 )
 
@@ -110,6 +111,11 @@ class VLLMEngineTeacher:
                              "vLLM's CPU backend without Triton)")
         self.rows_scored = 0  # prompt rows the engine scored, for cost accounting
         self._lock = threading.Lock()
+
+    @property
+    def context_limit(self) -> int | None:
+        """The longest input scored (max_model_len - 1; None when unknown)."""
+        return served_limit(self.max_model_len)
 
     @property
     def vocab_size(self) -> int:

@@ -40,6 +40,7 @@ from opd_gym.opd.teachers.vllm_common import (
     feed_length,
     rows_from_dicts,
     scored_positions,
+    served_limit,
     split_spans,
 )
 
@@ -120,6 +121,11 @@ class VLLMServerTeacher:
         self.name = name or f"vllm:{self.root} [{self.model}]"
         self.rows_scored = 0  # prompt rows the server computed, for cost accounting
         self._count = threading.Lock()
+
+    @property
+    def context_limit(self) -> int | None:
+        """The longest input scored (max_model_len - 1; None when unknown)."""
+        return served_limit(self.max_model_len)
 
     @property
     def vocab_size(self) -> int:
