@@ -1597,6 +1597,22 @@ def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
     return CanarySet(canaries, tuple(tests))
 
 
+def module_names(paths: Iterable[str]) -> frozenset[str]:
+    """The top-level modules a tree of files defines, as tests import them: `calc.py` ->
+    calc, `pkg/__init__.py` and `pkg/x.py` -> pkg, `src/pkg/x.py` -> pkg (a src layout)."""
+    found: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        if not path.endswith(".py") or not parts:
+            continue
+        if parts[0] == "src" and len(parts) > 1:
+            parts = parts[1:]
+        head = parts[0][:-3] if len(parts) == 1 else parts[0]
+        if head.isidentifier():
+            found.add(head)
+    return frozenset(found)
+
+
 def build_variants(sources: Mapping[str, str], canaries: CanarySet,
                    rng: random.Random | None = None) -> Variants:
     """Two versions of `sources`: per canaried test, the real test in one, its canary in the

@@ -34,7 +34,14 @@ from typing import Any, Protocol
 
 from opd_gym.errors import CalibrationError, GradingError
 from opd_gym.grading import launch
-from opd_gym.grading.canary import CanarySet, Variants, build_variants, make_canaries, seed_for
+from opd_gym.grading.canary import (
+    CanarySet,
+    Variants,
+    build_variants,
+    make_canaries,
+    module_names,
+    seed_for,
+)
 from opd_gym.grading.expected import (
     base_id,
     doctest_sources,
@@ -113,19 +120,8 @@ def hidden_files(task: Task, doctests: Mapping[str, str] | None = None) -> dict[
 
 def solution_modules(task: Task) -> frozenset[str]:
     """The top-level modules the task's starter and reference files define, as the tests
-    import them: `calc.py` -> calc, `pkg/__init__.py` and `pkg/x.py` -> pkg, `src/pkg/x.py`
-    -> pkg (a `src` layout)."""
-    found: set[str] = set()
-    for path in {**task.files, **task.solution}:
-        parts = PurePosixPath(path).parts
-        if not path.endswith(".py") or not parts:
-            continue
-        if parts[0] == "src" and len(parts) > 1:
-            parts = parts[1:]
-        head = parts[0][:-3] if len(parts) == 1 else parts[0]
-        if head.isidentifier():
-            found.add(head)
-    return frozenset(found)
+    import them (`canary.module_names`)."""
+    return module_names({**task.files, **task.solution})
 
 
 class _Failed(GradingError):

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
+from opd_gym.grading.canary import make_canaries, module_names
+from opd_gym.nodeids import base_id
 from opd_gym.resources import data_path
 from opd_gym.tasks.libraries import library
 from opd_gym.tasks.model import Task
@@ -73,8 +75,33 @@ def _tasks() -> tuple[Task, ...]:
         if project.version != expected:
             raise DatasetError(f"repo suite: {record['project']} is pinned at "
                                f"{project.version}, the manifest was made from {expected}")
-        tasks.append(build_task(project, record))
+        task = build_task(project, record)
+        if can_earn(task):
+            tasks.append(task)
     return tuple(sorted(tasks, key=lambda t: t.id))
+
+
+def can_earn(task: Task) -> bool:
+    """Whether a FAIL_TO_PASS test of `task` can earn: it has a canary and compares the
+    solution's output only with values a canary can change (`Canary.earns`). A task whose
+    failing tests read their expectations from run-time data (a parametrize table shared by
+    several tests, say) only gates: no grade could ever verify a fix, so the suite leaves it
+    out rather than pay 0 for every fix (docs/threat-model.md, answers read from the test)."""
+    failing = {base_id(i) for i in (task.test_ids or ()) if task.repo is None
+               or i in task.repo.fail_to_pass}
+    modules = module_names({**task.files, **task.solution})
+    return bool(failing & _earning_tests(tuple(sorted(task.tests.items())), modules))
+
+
+@functools.cache
+def _earning_tests(tests: tuple[tuple[str, str], ...], modules: frozenset[str]
+                   ) -> frozenset[str]:
+    """The tests of a suite whose canary may earn (the same for every bug of one library)."""
+    sources = dict(tests)
+    paths = [p for p in sources if p.endswith(".py")
+             and (p.rpartition("/")[2].startswith("test_") or p.endswith("_test.py"))]
+    canaries = make_canaries(sources, paths, 0, solution_modules=modules)
+    return frozenset(t for t, c in canaries.canaries.items() if c.earns)
 
 
 def load_repo_suite() -> list[Task]:
