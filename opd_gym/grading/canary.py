@@ -1613,23 +1613,35 @@ def module_names(paths: Iterable[str]) -> frozenset[str]:
     return frozenset(found)
 
 
-def build_variants(sources: Mapping[str, str], canaries: CanarySet,
-                   rng: random.Random | None = None) -> Variants:
-    """Two versions of `sources`: per canaried test, the real test in one, its canary in the
-    other, chosen by `rng` (default: the OS's randomness, which nothing in a sandbox sees).
-    Edits a canary asks of the real variant too (parametrize ids) go into the real one."""
+Edits = dict[str, list[tuple[int, int, str]]]  # per file path: byte-span edits of its text
+
+
+def variant_edits(canaries: CanarySet, rng: random.Random | None = None
+                  ) -> tuple[tuple[Edits, Edits], dict[str, int]]:
+    """The edits of each of the two variants and `real_in`: per canaried test, the real test
+    in one, its canary in the other, chosen by `rng` (default: the OS's randomness, which
+    nothing in a sandbox sees). Edits a canary asks of the real variant too (parametrize ids)
+    go into the real one."""
     rng = rng or random.SystemRandom()
     real_in: dict[str, int] = {}
-    edits: tuple[dict[str, list], dict[str, list]] = ({}, {})
+    edits: tuple[Edits, Edits] = ({}, {})
     for test_id in canaries.tests:
         real_in[test_id] = rng.randrange(2)
         canary = canaries.canaries.get(test_id)
         if canary is not None:
             edits[1 - real_in[test_id]].setdefault(canary.path, []).extend(canary.edits)
             edits[real_in[test_id]].setdefault(canary.path, []).extend(canary.real)
-    files = tuple(
-        {path: _apply(text.encode("utf-8"), edits[v][path]) if path in edits[v] else text
-         for path, text in sources.items()}
-        for v in (0, 1)
-    )
-    return Variants((files[0], files[1]), real_in)
+    return edits, real_in
+
+
+def apply_edits(sources: Mapping[str, str], edits: Edits) -> dict[str, str]:
+    """`sources` with `edits` applied (files without edits as they are)."""
+    return {path: _apply(text.encode("utf-8"), edits[path]) if path in edits else text
+            for path, text in sources.items()}
+
+
+def build_variants(sources: Mapping[str, str], canaries: CanarySet,
+                   rng: random.Random | None = None) -> Variants:
+    """Two versions of `sources` (see `variant_edits`); sentinel.build_runs adds sentinels."""
+    edits, real_in = variant_edits(canaries, rng)
+    return Variants((apply_edits(sources, edits[0]), apply_edits(sources, edits[1])), real_in)

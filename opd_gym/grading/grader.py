@@ -26,6 +26,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import random
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -37,7 +39,6 @@ from opd_gym.grading import launch
 from opd_gym.grading.canary import (
     CanarySet,
     Variants,
-    build_variants,
     make_canaries,
     module_names,
     seed_for,
@@ -50,6 +51,7 @@ from opd_gym.grading.expected import (
     test_paths,
 )
 from opd_gym.grading.report import PASSING, GradeReport
+from opd_gym.grading.sentinel import Placed, SentinelSite, build_runs, choose, sentinel_sites
 from opd_gym.grading.verdict import (
     Calibration,
     Merged,
@@ -73,6 +75,8 @@ HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (star
 VARIANTS = 2  # the harness runs them one after the other, each with the task's timeout
 HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
+SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
+SENTINEL_CANDIDATES = 8  # sites (tests apart) calibration checks for grades to draw from
 
 
 class SandboxSource(Protocol):
@@ -133,14 +137,71 @@ class _Failed(GradingError):
         self.fields = fields
 
 
+NULL_MODULE = '''"""A submission that does nothing: every name it asks for exists, none works."""
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def missing(*args, **kwargs):
+        raise NotImplementedError(name)
+
+    return missing
+'''
+
+
 def null_submission(task: Task) -> dict[str, str]:
     """The starter with every file the reference solution changes or adds emptied: a program
-    that does nothing. Calibration runs it; any test it passes is a gate, never earns."""
+    that does nothing (a Python module becomes NULL_MODULE: it imports, its names exist, and
+    every one raises; a test that such a module passes, say one that only reads the source
+    for a forbidden call, checks nothing of the task). Calibration runs it; any test it
+    passes is a gate, never earns."""
     files = dict(task.files)
     for path, text in task.solution.items():
         if files.get(path) != text:
-            files[path] = ""
+            files[path] = NULL_MODULE if path.endswith(".py") else ""
     return files
+
+
+def _selected(task: Task, placed: Placed) -> list[str] | None:
+    """The node ids a run may run: the task's own, and the sentinel clones of those."""
+    if not task.test_ids:
+        return None
+    clones = [s.clone_id(i) for run in placed for s in run
+              for i in task.test_ids if s.is_original(i)]
+    return [*task.test_ids, *clones]
+
+
+def _checked(sites: tuple[SentinelSite, ...], runs: tuple[Merged, ...]
+             ) -> tuple[SentinelSite, ...]:
+    """The sentinel sites calibration's runs vouch for: in some run a test passed while its
+    clone failed (so the changed value is compared), and in none did both pass, hang, or the
+    clone not run."""
+    good: set[SentinelSite] = set()
+    bad: set[SentinelSite] = set()
+    for run in runs:
+        bad.update(run.hung_sentinels, run.missing_sentinels)
+        for sentinel, _, test, clone in run.sentinel_pairs:
+            if test in PASSING and clone in PASSING:
+                bad.add(sentinel.site)
+            elif test in PASSING and clone == "failed":
+                good.add(sentinel.site)
+    return tuple(s for s in sites if s in good and s not in bad)
+
+
+def _collection_errors(run: Merged) -> str:
+    """Why collection failed, for a calibration's reason: the first errors, and the module a
+    test file could not import (a dependency the task's environment lacks)."""
+    if not run.collect_errors:
+        return ""
+    shown = "; ".join(f"{path or '<collection>'}: {message.strip()[:200]}"
+                      for path, message in run.collect_errors[:3])
+    missing = sorted({m.group(1) for _, message in run.collect_errors
+                      for m in re.finditer(r"No module named '([^']+)'", message)})
+    hint = (f"; missing module(s) {', '.join(missing)}: install them in the task's "
+            "environment (its setup steps)" if missing else "")
+    return f"; collection errors: {shown}{hint}"
 
 
 def _passed(run: Merged) -> frozenset[str]:
@@ -175,7 +236,8 @@ class Grader:
                                duration=time.monotonic() - started)
         try:
             calibration = self.calibration(task)
-            merged, dropped_more = self._run(task, keep, calibration.canaries)
+            merged, dropped_more = self._run(task, keep, calibration.canaries,
+                                             sentinels=calibration.sentinels)
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -222,47 +284,59 @@ class Grader:
         canaries = make_canaries(task.tests, paths, seed,
                                  solution_modules=solution_modules(task))
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
+        selected = {base_id(i) for i in task.test_ids or ()}
+        candidates = tuple(choose(
+            [s for s in sentinel_sites(hidden_files(task), paths)
+             if not selected or s.test_id in selected],
+            SENTINEL_CANDIDATES, random.Random(seed)))
 
         def files(texts: Mapping[str, str]) -> dict[str, bytes]:
             return select_files(task, {p: t.encode() for p, t in texts.items()})[0]
 
-        starter_run, _ = self._run(task, files(task.files), bare,
+        starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
                                    calibrating="the untouched starter")
         # What the starter passed, even in a run cut short: a gate too many never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
             return Calibration(canaries, starter_passed=starter_passed)
-        null_run, _ = self._run(task, files(null_submission(task)), bare,
+        null_run, _ = self._run(task, files(null_submission(task)), bare, sentinels=candidates,
                                 calibrating="the null submission")
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
-        ref_run, canaries = self._reference_run(task, reference, canaries,
-                                                "the reference solution")
+        ref_run, canaries, candidates = self._reference_run(
+            task, reference, canaries, "the reference solution", candidates)
         if ref_run.reason:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
-                                 f"({ref_run.reason})", infra_error=True)
+                                 f"({ref_run.reason}){_collection_errors(ref_run)}",
+                          infra_error=True, output=ref_run.output)
         invalid = frozenset(i for i, o in ref_run.canary.items() if o in PASSING)
         neutral = frozenset(i for i, (o, _) in ref_run.real.items() if o not in PASSING)
         canaries, invalid = self._redraw(task, reference, seed, canaries, ref_run, invalid,
                                          neutral | starter_passed | null_passed)
         return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
-                           reference_ids=frozenset(ref_run.real))
+                           reference_ids=frozenset(ref_run.real),
+                           sentinels=_checked(candidates, (starter_run, null_run, ref_run)))
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
-                       what: str) -> tuple[Merged, CanarySet]:
-        """The reference with `canaries`. A canary that hangs the run while the reference
-        passes its real test (it failed before the test released a lock, say) is invalid: it
-        goes, the test is a gate, and the run is repeated (HUNG_CANARY_RETRIES times at most)."""
+                       what: str, sentinels: tuple[SentinelSite, ...] = ()
+                       ) -> tuple[Merged, CanarySet, tuple[SentinelSite, ...]]:
+        """The reference with `canaries` (and clones of all `sentinels`). A canary that hangs
+        the run while the reference passes its real test (it failed before the test released
+        a lock, say) is invalid: it goes, the test is a gate, and the run is repeated
+        (HUNG_CANARY_RETRIES times at most). So does a sentinel whose clone hung it."""
         for attempt in range(HUNG_CANARY_RETRIES + 1):
-            run, _ = self._run(task, reference, canaries, calibrating=what)
+            run, _ = self._run(task, reference, canaries, calibrating=what, sentinels=sentinels,
+                               count=len(sentinels))
             hung = {i for i in run.hung_canaries if run.real.get(i, ("", ""))[0] in PASSING}
-            if not (run.timed_out and hung) or attempt == HUNG_CANARY_RETRIES:
+            if not run.timed_out or not (hung or run.hung_sentinels) \
+                    or attempt == HUNG_CANARY_RETRIES:
                 break
             drop = {base_id(i) for i in hung}
             canaries = dataclasses.replace(canaries, canaries={
                 t: c for t, c in canaries.canaries.items() if t not in drop})
-        return run, canaries
+            sentinels = tuple(s for s in sentinels if s not in run.hung_sentinels)
+        return run, canaries, sentinels
 
     def _redraw(self, task: Task, reference: dict[str, bytes], seed: int, canaries: CanarySet,
                 ref_run: Merged, invalid: frozenset[str], gates: frozenset[str]
@@ -302,8 +376,8 @@ class Grader:
             if not trial.canaries:
                 break
             try:
-                run, kept = self._reference_run(task, reference, trial,
-                                                "the reference solution, canaries redrawn")
+                run, kept, _ = self._reference_run(task, reference, trial,
+                                                   "the reference solution, canaries redrawn")
             except _Failed:
                 break
             if run.reason:
@@ -327,22 +401,25 @@ class Grader:
         return expected_tests(task.tests, test_paths(task)), False
 
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
-             calibrating: str = "") -> tuple[Merged, list[str]]:
-        """Both variants of the hidden tests on `keep`, merged; _Failed before outcomes."""
+             calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
+             count: int | None = None) -> tuple[Merged, list[str]]:
+        """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`,
+        merged; _Failed before outcomes."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
         if not paths and not doctests:
             raise _Failed(reason="the task has no Python test files", infra_error=True)
         # Doctest sources are never laid over the workspace: they go to the harness apart.
-        variants = build_variants(hidden_files(task, doctests), canaries)
+        variants, placed = build_runs(hidden_files(task, doctests), canaries, sentinels,
+                                      SENTINELS if count is None else count)
         try:
             sandbox = self.sandboxes.acquire()
         except SandboxError as exc:
             raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
         try:
             dropped = self._copy(sandbox, keep, what)
-            raw = self._harness(task, sandbox, paths, variants, what, doctests)
+            raw = self._harness(task, sandbox, paths, variants, what, doctests, placed)
         finally:
             self.sandboxes.release(sandbox)
         try:
@@ -351,7 +428,7 @@ class Grader:
             raise _Failed(reason=f"{what}{exc}", infra_error=True,
                           output=raw[-self.output_chars:].decode("utf-8", "replace")) from None
         expected, exact = self._expected(task)
-        return merge(data, expected, exact, canaries, variants), dropped
+        return merge(data, expected, exact, canaries, variants, placed), dropped
 
     def _copy(self, sandbox: Sandbox, keep: dict[str, bytes], what: str) -> list[str]:
         dropped: list[str] = []
@@ -376,13 +453,14 @@ class Grader:
         return dropped
 
     def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
-                 what: str, doctests: Mapping[str, str] | None = None) -> bytes:
+                 what: str, doctests: Mapping[str, str] | None = None,
+                 placed: Placed = ((), ())) -> bytes:
         doctests = dict(doctests or {})
         request = launch.harness_request(
             workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
             ini=task.pytest_ini, args=in_pytest_order(task, [*paths, *doctests]),
             variants=list(variants.files),
-            select=task.test_ids or None,  # only these ids run; the others are deselected
+            select=_selected(task, placed),  # only these run; the others are deselected
             doctests=doctests,  # their examples come from the pristine text, the code is live
         )
         limit = VARIANTS * task.timeout + HARNESS_MARGIN
@@ -398,6 +476,6 @@ class Grader:
 
 
 __all__ = [
-    "CANARY_REDRAWS", "GRADE_DIR", "CalibrationError", "Grader", "SandboxSource", "base_id",
-    "null_submission", "select_files", "task_key",
+    "CANARY_REDRAWS", "GRADE_DIR", "NULL_MODULE", "CalibrationError", "Grader", "SandboxSource",
+    "base_id", "null_submission", "select_files", "task_key",
 ]

@@ -17,6 +17,7 @@ from opd_gym.errors import GradingError
 from opd_gym.grading.canary import CanarySet, Variants
 from opd_gym.grading.expected import base_id, display_name
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
+from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 
 VERSION = 2
 MAX_TESTS = 100_000
@@ -81,10 +82,21 @@ class Merged:
     exit_code: int = -1
     output: str = ""
     hung_canaries: frozenset[str] = frozenset()  # node ids whose canary ran when time ran out
+    # per sentinel clone item: (its Sentinel, the original's id, original outcome, clone
+    # outcome), the two from the same run
+    sentinel_pairs: list[tuple[Sentinel, str, str, str]] = field(default_factory=list)
+    hung_sentinels: frozenset[SentinelSite] = frozenset()  # clones running at a timeout
+    missing_sentinels: frozenset[SentinelSite] = frozenset()  # test ran, its clone did not
+
+    @property
+    def sentinel_forgery(self) -> list[str]:
+        """Node ids of tests that passed together with their sentinel in one run."""
+        return sorted({orig for _, orig, a, b in self.sentinel_pairs
+                       if a in PASSING and b in PASSING})
 
 
 def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canaries: CanarySet,
-          variants: Variants) -> Merged:
+          variants: Variants, sentinels: Placed = ((), ())) -> Merged:
     """Real and canary outcomes from a parsed verdict; `reason` set unless both runs are whole.
 
     `expected` holds base ids (static reading) or, with `exact`, the full node ids a run must
@@ -105,11 +117,12 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
                 seen.add((error[0], error[1]))
                 merged.collect_errors.append((error[0], error[1]))
     by_variant: list[dict[str, tuple[str, str]]] = []
-    for run in runs:
+    for index, run in enumerate(runs):
         entries: dict[str, tuple[str, str]] = {}
         for entry in run["tests"]:
             entries.setdefault(entry["id"], (entry["outcome"],
                                              entry.get("message", "")[:MESSAGE_CHARS]))
+        _sentinels(merged, entries, sentinels[index] if index < 2 else (), run)
         by_variant.append(entries)
     # every id either run reported: a test missing from one variant (it hung there) still has
     # its outcome in the other
@@ -158,6 +171,25 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
     return merged
 
 
+def _sentinels(merged: Merged, entries: dict[str, tuple[str, str]],
+               placed: Collection[Sentinel], run: Mapping[str, Any]) -> None:
+    """Take one run's sentinel clone items out of `entries` into `merged`: their outcomes
+    paired with their tests', clones that hung or did not run."""
+    for sentinel in placed:
+        clones = [i for i in entries if sentinel.is_clone(i)]
+        for nodeid in clones:
+            outcome = entries.pop(nodeid)[0]
+            original = sentinel.original(nodeid)
+            if original in entries:
+                merged.sentinel_pairs.append(
+                    (sentinel, original, entries[original][0], outcome))
+        if run.get("timed_out"):
+            if any(sentinel.is_clone(str(i)) for i in run.get("running", [])[:100]):
+                merged.hung_sentinels = merged.hung_sentinels | {sentinel.site}
+        elif not clones and any(sentinel.is_original(i) for i in entries):
+            merged.missing_sentinels = merged.missing_sentinels | {sentinel.site}
+
+
 @dataclass(frozen=True)
 class Calibration:
     """What the reference solution, the untouched starter and the null submission showed
@@ -168,7 +200,8 @@ class Calibration:
     the null submission passes (the starter with every file the reference changes or adds
     emptied: a program that does nothing; gates too); `neutral`: node ids the reference does
     not pass (skipped, xfailed or failing: they neither earn nor fail); `calibrated`: a
-    reference solution was run; `reference_ids`: the node ids its run reported.
+    reference solution was run; `reference_ids`: the node ids its run reported;
+    `sentinels`: the sentinel sites grades draw from (sentinel.py).
     """
 
     canaries: CanarySet
@@ -178,6 +211,7 @@ class Calibration:
     calibrated: bool = False
     null_passed: frozenset[str] = frozenset()
     reference_ids: frozenset[str] = frozenset()
+    sentinels: tuple[SentinelSite, ...] = ()  # sites no calibration run passed with its test
 
     @property
     def earning(self) -> frozenset[str]:
@@ -220,19 +254,26 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
             gates_failed.append(name)
         outcomes.append(TestOutcome(name, outcome, message, earns=earns, canary=canary,
                                     neutral=neutral))
+    forgery.extend(display_name(i) for i in merged.sentinel_forgery
+                   if display_name(i) not in forgery)
     for path, message in merged.collect_errors:
         outcomes.append(TestOutcome(display_name(path or "<collection>"), "error",
                                     message[:MESSAGE_CHARS], earns=False))
     counts = {o: sum(t.outcome == o for t in outcomes) for o in OUTCOMES}
     reason = merged.reason
+    if not reason and merged.missing_sentinels:  # a run left out a test it was given
+        missing = sorted(s.test_id for s in merged.missing_sentinels)
+        reason = (f"{len(missing)} hidden test(s) were not run in full: a twin of "
+                  f"{_few(missing)} that ran in the same grading run did not")
     if not reason and forgery:
         reason = (f"a canary passed with its test ({_few_names(forgery)}): a hidden test and "
-                  "its twin with one expected value changed both passed, which no code does "
+                  "a twin of it with one expected value changed both passed (its canary in "
+                  "the other grading run or its sentinel in the same one), which no code does "
                   "honestly (forged result)")
     if not reason and not earning:
         reason = ("the task cannot be verified: no hidden test both has a valid canary and "
                   "fails on the untouched starter and on an empty solution")
-    failed_run = bool(merged.reason)
+    failed_run = bool(merged.reason) or bool(merged.missing_sentinels)
     return GradeReport(
         **base, passed=0 if failed_run else counts["passed"], failed=counts["failed"],
         errors=counts["error"], skipped=counts["skipped"], xfailed=counts["xfailed"],

@@ -615,13 +615,13 @@ def test_tests_a_null_submission_passes_are_gates(grader, make_task):
         solution={"calc.py": "def add(a, b):\n    return a + b\n\n"
                              "def empty():\n    return []\n",
                   "helpers.py": "X = 1\n"})
-    from opd_gym.grading.grader import null_submission
+    from opd_gym.grading.grader import NULL_MODULE, null_submission
 
-    assert null_submission(task) == {"calc.py": "", "helpers.py": "X = 1\n"}
+    assert null_submission(task) == {"calc.py": NULL_MODULE, "helpers.py": "X = 1\n"}
     # a null that does nothing: `empty` returns [] by doing nothing at all
     nothing = ("def add(a, b):\n    return None\n\ndef empty():\n    return []\n")
     calibration = grader.calibration(task)
-    assert calibration.null_passed == frozenset()  # an emptied calc.py imports nothing
+    assert calibration.null_passed == frozenset()  # the null calc.py's names all raise
     assert calibration.earning == {"test_calc.py::test_nothing", "test_calc.py::test_add"}
     from opd_gym.grading import Calibration
 
@@ -703,3 +703,18 @@ def test_a_program_that_does_nothing_earns_nothing(docker_graders):
     reference = grader.grade(task, {p: t.encode() for p, t in task.solution.items()})
     assert reference.score == 1.0, reference
     assert "test_word_frequency_stdio.py::test_empty_input" in grader.calibration(task).null_passed
+
+
+def test_a_missing_dependency_is_named_in_the_calibration_failure(grader, make_task):
+    """A test module that imports a package the environment lacks: the calibration's reason
+    names the module and the collection error, not just "no tests ran"."""
+    from opd_gym.errors import CalibrationError
+
+    task = make_task(tests={"test_calc.py": (
+        "import opd_no_such_dependency\nfrom calc import add\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n")})
+    with pytest.raises(CalibrationError) as caught:
+        grader.calibration(task)
+    reason = caught.value.reason
+    assert "no tests ran" in reason and "collection errors: test_calc.py" in reason
+    assert "missing module(s) opd_no_such_dependency" in reason
