@@ -105,13 +105,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _budget(text: str | None) -> int:
+def _budget(text: str | None, flag: str = "--budget") -> int:
     from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, parse_size
 
     try:
         return DEFAULT_BUDGET if text is None else parse_size(text)
     except OPDGymError as exc:
-        raise UserError(f"--budget: {exc}") from None
+        raise UserError(f"{flag}: {exc}") from None
 
 
 def _build_environments(tasks: Any, engine: Any, budget: int, quiet: bool) -> None:
@@ -168,6 +168,34 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     report = prune(DockerEngine(timeout=10), everything=args.all)
     print(f"removed {len(report.removed)} container(s), kept {report.kept} with a live owner")
+    return 0
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    """List the environment images (least recently used first); with --prune, remove the
+    least recently used until the rest fit the budget (images in use always stay)."""
+    import datetime
+
+    from opd_gym.sandboxes.docker import DockerEngine
+    from opd_gym.sandboxes.env_image import ImageCache
+
+    budget = _budget(args.prune, "--prune") if args.prune is not None else None
+    cache = ImageCache(DockerEngine(timeout=30), log=print)
+    if budget is not None:
+        cache.budget = budget
+        removed = cache.collect()
+        print(f"removed {len(removed)} environment image(s) (budget {budget >> 20} MiB)")
+    images = cache.images()
+    if not images:
+        print("no environment images (`opd-gym sandbox build --tasks ...` builds them)")
+        return 0
+    print(f"{'image':<34} {'MiB':>8} {'in use':>6}  last used")
+    for image in images:
+        used = datetime.datetime.fromtimestamp(image["last_used"]).isoformat(" ", "seconds")
+        print(f"{image['tag']:<34} {image['size'] / 2**20:>8.1f} "
+              f"{image['containers']:>6}  {used}")
+    total = sum(i["size"] for i in images)
+    print(f"{len(images)} environment image(s), {total / 2**20:.1f} MiB beyond their bases")
     return 0
 
 
@@ -745,7 +773,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.model_name:
         raise UserError("--model-name applies to --to swebench-predictions")
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    path = export_run(args.run_dir, args.to, args.out, tokenizer=tokenizer)
+    mode = "allow" if args.allow_reconstructed else "drop" if args.drop_reconstructed \
+        else "refuse"
+    path = export_run(args.run_dir, args.to, args.out, tokenizer=tokenizer, reconstructed=mode,
+                      note=print)
     print(f"wrote {path}")
     return 0
 
@@ -921,6 +952,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--tokenizer", help="tiny | hf:PATH (Atropos needs prompt ids)")
     export.add_argument("--model-name", help="swebench-predictions: model_name_or_path "
                         "(default: the run's policy, from its config.json)")
+    inexact = export.add_mutually_exclusive_group()
+    inexact.add_argument("--allow-reconstructed", action="store_true", help="also write turns "
+                         "scored on a context rebuilt from the transcript (no prompt ids were "
+                         "recorded), marked \"reconstructed\": true (default: refuse them)")
+    inexact.add_argument("--drop-reconstructed", action="store_true", help="leave those turns "
+                         "out and say how many")
     export.set_defaults(func=cmd_export)
 
     sandbox = sub.add_parser("sandbox", help="build, check and clean the sandbox")
@@ -940,6 +977,12 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = ssub.add_parser("doctor", help="check the backends and run a smoke session")
     doctor.add_argument("--backend", action="append", choices=SANDBOXES[1:])
     doctor.set_defaults(func=cmd_doctor)
+    images = ssub.add_parser("images", help="list the environment images (repository "
+                             "tasks' setup steps), least recently used first")
+    images.add_argument("--prune", metavar="BUDGET", help="first remove the least recently "
+                        "used until the rest fit BUDGET (e.g. 5g; 0 removes every image not "
+                        "in use)")
+    images.set_defaults(func=cmd_images)
     prune = ssub.add_parser("prune", help="remove containers whose owner process is gone")
     prune.add_argument("--all", action="store_true", help="remove every opd_gym container")
     prune.set_defaults(func=cmd_prune)

@@ -4,8 +4,9 @@ A task that needs more than the sandbox image (a dependency, a compiled extensio
 steps. They run as root, in order, in a container of the base image with no network and the
 host's setup cache (the pinned downloads `scripts/setup.sh` keeps) mounted read-only at
 `SETUP_CACHE_MOUNT`; the result is committed as `opd-gym-env:<hash>`, where the hash covers
-the base image's id, the steps and the cache's listing. The same steps on the same base are
-therefore built once per machine, by whichever process gets there first (a file lock).
+the base image's id, the steps and the listing of the cache files the steps name. The same
+steps on the same base are therefore built once per machine, by whichever process gets there
+first (a file lock).
 
 Images are kept under a disk budget: `ImageCache.collect` removes the least recently used
 environment images (never the sandbox image, never one a container is using) until the rest
@@ -37,6 +38,8 @@ BASE_LABEL = "opd_gym.env_base"
 SETUP_CACHE_MOUNT = "/opd-cache"
 DEFAULT_BUDGET = 20 << 30
 STEP_TIMEOUT = 1800.0
+# a path below the setup cache in a setup step: `/opd-cache`, `/opd-cache/sdists/x.tar.gz`
+_CACHE_PATH = re.compile(re.escape(SETUP_CACHE_MOUNT) + r"(?![\w.-])(?:/([^\s'\";|&<>()]*))?")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 
@@ -74,11 +77,29 @@ class EnvironmentSpec:
             raise ConfigError("setup steps must be non-empty shell commands")
 
     def cache_listing(self) -> list[tuple[str, int]]:
-        """(relative path, size) of every file in the setup cache: part of the image's name."""
+        """(relative path, size) of the setup cache's files the steps use: part of the
+        image's name. A step uses the files under each path it names below
+        SETUP_CACHE_MOUNT (`/opd-cache/sdists/x-1.0.tar.gz`; `/opd-cache/wheels` or
+        `/opd-cache/wheels/*.whl`: that folder), or all of them when it names the mount
+        itself; so a new file in the cache rebuilds only the images whose steps use it."""
         if self.cache_dir is None or not self.cache_dir.is_dir():
             return []
-        return sorted((str(p.relative_to(self.cache_dir)), p.stat().st_size)
-                      for p in self.cache_dir.rglob("*") if p.is_file())
+        used = self.cache_paths()
+        return sorted((rel, p.stat().st_size) for p in self.cache_dir.rglob("*") if p.is_file()
+                      for rel in [str(p.relative_to(self.cache_dir))]
+                      if "" in used or any(rel == u or rel.startswith(u + "/") for u in used))
+
+    def cache_paths(self) -> set[str]:
+        """The paths below SETUP_CACHE_MOUNT the steps name ("" for the whole cache)."""
+        found: set[str] = set()
+        for step in self.setup:
+            for match in _CACHE_PATH.finditer(step):
+                path = match.group(1) or ""
+                glob = min((i for i in (path.find(c) for c in "*?[") if i >= 0), default=-1)
+                if glob >= 0:
+                    path = path[:glob].rpartition("/")[0]
+                found.add(path.strip("/"))
+        return found
 
     def tag(self, base_id: str) -> str:
         """`opd-gym-env:<hash>` of this spec on the base image whose id is `base_id`."""

@@ -36,14 +36,28 @@ def test_sizes_parse_once_with_clear_refusals():
 
 def test_the_name_covers_base_steps_and_cache(tmp_path):
     (tmp_path / "a.tar.gz").write_bytes(b"x")
-    spec = EnvironmentSpec(setup=("true",), cache_dir=tmp_path)
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "w-1.whl").write_bytes(b"w")
+    spec = EnvironmentSpec(setup=("pip install /opd-cache/a.tar.gz",), cache_dir=tmp_path)
     assert spec.tag("sha256:1") == spec.tag("sha256:1")
     assert spec.tag("sha256:1") != spec.tag("sha256:2")
-    assert spec.tag("sha256:1") != EnvironmentSpec(setup=("true ",), cache_dir=tmp_path
-                                                   ).tag("sha256:1")
+    assert spec.tag("sha256:1") != EnvironmentSpec(
+        setup=("pip install /opd-cache/a.tar.gz ",), cache_dir=tmp_path).tag("sha256:1")
+    assert spec.cache_listing() == [("a.tar.gz", 1)]
     before = spec.tag("sha256:1")
-    (tmp_path / "b.tar.gz").write_bytes(b"y")
+    (tmp_path / "b.tar.gz").write_bytes(b"y")  # a file no step names: the same image
+    assert spec.tag("sha256:1") == before
+    (tmp_path / "a.tar.gz").write_bytes(b"xx")  # the file a step installs changed
     assert spec.tag("sha256:1") != before
+    folder = EnvironmentSpec(setup=("pip install --find-links /opd-cache/wheels w",),
+                             cache_dir=tmp_path)
+    glob = EnvironmentSpec(setup=("pip install /opd-cache/wheels/*.whl",), cache_dir=tmp_path)
+    assert folder.cache_listing() == glob.cache_listing() == [("wheels/w-1.whl", 1)]
+    whole = EnvironmentSpec(setup=("cp -r /opd-cache /tmp/cache",), cache_dir=tmp_path)
+    before = whole.tag("sha256:1")
+    (tmp_path / "c.tar.gz").write_bytes(b"z")
+    assert whole.tag("sha256:1") != before
+    assert EnvironmentSpec(setup=("echo /opd-cachex",), cache_dir=tmp_path).cache_paths() == set()
     with pytest.raises(ConfigError, match="at least one setup step"):
         EnvironmentSpec(setup=())
 
@@ -137,3 +151,18 @@ def test_the_budget_removes_least_recently_used_images_but_not_one_in_use(cache,
         in_use.remove(force=True)
     cache.budget = parse_size("1t")
     assert cache.collect() == []  # within budget: nothing goes
+
+
+@pytest.mark.docker
+def test_the_cli_lists_environment_images_and_prunes_to_a_budget(cache, capsys):
+    from opd_gym.cli import main
+
+    built = cache.ensure(EnvironmentSpec(setup=("echo listed > /opd-listed",)))
+    assert main(["sandbox", "images"]) == 0
+    listing = capsys.readouterr().out
+    assert built.tag in listing and "environment image(s)" in listing
+    assert main(["sandbox", "images", "--prune", "1t"]) == 0  # everything fits: none goes
+    out = capsys.readouterr().out
+    assert "removed 0 environment image(s)" in out and built.tag in out
+    assert main(["sandbox", "images", "--prune", "lots"]) == 2
+    assert "--prune: not a size" in capsys.readouterr().err
