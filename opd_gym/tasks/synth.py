@@ -1083,8 +1083,8 @@ def synth_command(source: str, output: str | None, max_tasks: int, seed: int,
 
     def tick(verdict: Verdict | None) -> None:
         tried[0] += 1
-        if verdict is not None and verdict.kept:
-            bar.update(1)
+        if verdict is not None and verdict.kept and bar.n < max_tasks:
+            bar.update(1)  # a worker may keep one more after the last needed: never past max
         bar.set_postfix(tried=tried[0])
 
     started = time.perf_counter()
