@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,8 @@ from opd_gym.transcript import messages_for_template
 
 FORMATS = ("atropos", "trl", "advantage", "parquet", *TRAINER_FORMATS,
            "swebench-predictions")
+# what an export does with turns scored on a reconstructed context (no prompt ids recorded)
+RECONSTRUCTED = ("refuse", "drop", "allow")
 
 
 @dataclass(frozen=True)
@@ -81,14 +83,24 @@ def _json_floats(values: Any) -> list[float | None]:
 
 def export_run(
     run_dir: str | Path, fmt: str, out: str | Path | None = None, *, tokenizer: Any = None,
-    model_name: str | None = None,
+    model_name: str | None = None, reconstructed: str = "refuse",
+    note: Callable[[str], None] | None = None,
 ) -> Path:
     """Write `run_dir`'s episodes in format `fmt`; returns the file written.
 
     `swebench-predictions` writes the repository-task episodes' diffs for SWE-bench's harness
-    (`opd_gym.exports.predictions`; `model_name` defaults to the run's policy)."""
+    (`opd_gym.exports.predictions`; `model_name` defaults to the run's policy).
+
+    Turns whose record was scored on a context rebuilt from the transcript (the policy gave
+    no prompt token ids: `OPDRecord.reconstructed`) are not what the student saw, so by
+    default the export refuses them (ConfigError saying how many). `reconstructed="drop"`
+    leaves them out, `"allow"` writes them with `"reconstructed": true` on each row (Parquet:
+    its column); `note` hears how many were dropped or marked."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if reconstructed not in RECONSTRUCTED:
+        raise ConfigError(f"reconstructed={reconstructed!r}: use one of "
+                          f"{', '.join(RECONSTRUCTED)}")
     if fmt == "swebench-predictions":
         from opd_gym.exports.predictions import export_predictions
 
@@ -98,7 +110,7 @@ def export_run(
     target = (
         Path(out) if out else base / f"export-{fmt}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
     )
-    groups = list(examples(run))
+    groups = _inexact(list(examples(run)), fmt, run, reconstructed, note)
     _check_required(fmt, groups, run)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:  # atomic: a failed export leaves no partial or empty file behind
@@ -106,9 +118,10 @@ def export_run(
             _write_parquet(groups, tmp)
         else:
             written = 0
+            mark = any(e.record.reconstructed for g in groups for e in g)
             with open(tmp, "w", encoding="utf-8") as fh:
                 for group in groups:
-                    for line in _lines(fmt, group, tokenizer):
+                    for line in _lines(fmt, group, tokenizer, mark):
                         fh.write(json.dumps(line, ensure_ascii=False) + "\n")
                         written += 1
             if not written:
@@ -118,6 +131,48 @@ def export_run(
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def _inexact(groups: list[list[TurnExample]], fmt: str, run: Path, mode: str,
+             note: Callable[[str], None] | None) -> list[list[TurnExample]]:
+    """The groups to write under `mode` (see export_run): refused, filtered or kept."""
+    total = sum(len(g) for g in groups)
+    rebuilt = sum(e.record.reconstructed for g in groups for e in g)
+    if not rebuilt:
+        return groups
+    what = (f"{rebuilt} of {total} turns of {run} were scored on a context rebuilt from the "
+            "transcript (the policy recorded no prompt token ids), not on the ids the student "
+            "saw")
+    if mode == "refuse":
+        raise ConfigError(f"export --to {fmt}: {what}; a trainer would learn from inexact "
+                          "targets. Pass --drop-reconstructed to leave them out, or "
+                          "--allow-reconstructed to write them marked (\"reconstructed\": "
+                          "true); a policy that returns TokenText with its prompt ids (see "
+                          "docs/opd.md) records exact ones")
+    if mode == "drop":
+        kept = [[e for e in g if not e.record.reconstructed] for g in groups]
+        kept = [g for g in kept if g]
+        if not kept:
+            raise ConfigError(f"export --to {fmt}: every turn of {run} was scored on a "
+                              "reconstructed context; nothing is left to write without "
+                              "--allow-reconstructed")
+        if note is not None:
+            note(f"left out {rebuilt} of {total} turns (reconstructed context)")
+        return kept
+    if note is not None:
+        note(f"{rebuilt} of {total} turns are reconstructed; marked \"reconstructed\": true")
+    return groups
+
+
+def _mark(rows: list[dict[str, Any]], group: list[TurnExample], per_turn: bool
+          ) -> list[dict[str, Any]]:
+    """The reconstructed marker on every row (per turn, or a list for an episode's row)."""
+    flags = [bool(e.record.reconstructed) for e in group]
+    if per_turn:
+        by_turn = {e.record.turn_index: flag for e, flag in zip(group, flags, strict=True)}
+        return [{**row, "reconstructed": by_turn.get(row.get("turn_index"), False)}
+                for row in rows]
+    return [{**row, "reconstructed": flags} for row in rows]
 
 
 # Fields a format cannot be written without, and how a run gets them.
@@ -138,7 +193,20 @@ def _check_required(fmt: str, groups: list[list[TurnExample]], run: Path) -> Non
                               f"of {total} turns have none: {STUDENT_LOGPROBS_HOW}")
 
 
-def _lines(fmt: str, group: list[TurnExample], tokenizer: Any) -> Iterator[dict[str, Any]]:
+def _lines(fmt: str, group: list[TurnExample], tokenizer: Any, mark: bool = False
+           ) -> Iterator[dict[str, Any]]:
+    """`fmt`'s rows of one episode; with `mark` (the export holds reconstructed turns) each
+    carries the marker, else the format's own fields exactly."""
+    rows = list(_format_lines(fmt, group, tokenizer))
+    if not mark:
+        yield from rows
+        return
+    per_group = fmt in ("atropos", "atropos-compact", "verl")  # one row holds the episode
+    yield from _mark(rows, group, per_turn=not per_group)
+
+
+def _format_lines(fmt: str, group: list[TurnExample], tokenizer: Any
+                  ) -> Iterator[dict[str, Any]]:
     records = [e.record for e in group]
     if fmt in TRAINER_FORMATS:
         pad = getattr(tokenizer, "pad_token_id", None)

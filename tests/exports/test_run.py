@@ -152,3 +152,48 @@ def test_parquet_carries_every_record_field_through_datasets(run_dir):
 def test_unknown_format_is_refused(run_dir):
     with pytest.raises(ValueError, match="unknown export format"):
         export_run(run_dir[0], "csv")
+
+
+def _with_reconstructed(out, target):
+    """A copy of the run whose first episode's records were scored on a rebuilt context."""
+    import shutil
+
+    shutil.copytree(out, target)
+    path = target / "trajectories.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in rows[0]["opd"]:
+        record["reconstructed"] = True
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return sum(len(row["opd"]) for row in rows), len(rows[0]["opd"])
+
+
+def test_reconstructed_turns_are_refused_dropped_or_marked(run_dir, tmp_path):
+    """Nothing inexact reaches a trainer silently (issue 31, point 4)."""
+    from transformers import AutoTokenizer
+
+    out, model = run_dir
+    total, rebuilt = _with_reconstructed(out, tmp_path / "run")
+    run = tmp_path / "run"
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for fmt in ("trl", "advantage", "atropos", "slime", "verl", "parquet"):
+        with pytest.raises(ValueError, match=f"{rebuilt} of {total} turns .* rebuilt"):
+            export_run(run, fmt, run / f"refused.{fmt}", tokenizer=tokenizer)
+        assert not (run / f"refused.{fmt}").exists()
+    notes: list[str] = []
+    kept = export_run(run, "advantage", run / "kept.jsonl", reconstructed="drop",
+                      note=notes.append)
+    rows = [json.loads(line) for line in kept.read_text().splitlines()]
+    assert len(rows) == total - rebuilt and notes == [
+        f"left out {rebuilt} of {total} turns (reconstructed context)"]
+    assert all("reconstructed" not in row for row in rows)  # exact rows keep their fields
+    marked = export_run(run, "trl", run / "marked.jsonl", reconstructed="allow")
+    rows = [json.loads(line) for line in marked.read_text().splitlines()]
+    assert len(rows) == total
+    assert [row["reconstructed"] for row in rows] == [True] * rebuilt + [False] * (
+        total - rebuilt)
+    groups = export_run(run, "atropos", run / "atropos.jsonl", tokenizer=tokenizer,
+                        reconstructed="allow")
+    first = json.loads(groups.read_text().splitlines()[0])
+    assert first["reconstructed"] == [True] * rebuilt
+    with pytest.raises(ValueError, match="reconstructed="):
+        export_run(run, "trl", reconstructed="maybe")
