@@ -51,7 +51,14 @@ from opd_gym.grading.expected import (
     test_paths,
 )
 from opd_gym.grading.report import PASSING, GradeReport
-from opd_gym.grading.sentinel import Placed, SentinelSite, build_runs, choose, sentinel_sites
+from opd_gym.grading.sentinel import (
+    Placed,
+    SentinelSite,
+    build_runs,
+    choose,
+    compatible,
+    sentinel_sites,
+)
 from opd_gym.grading.verdict import (
     Calibration,
     Merged,
@@ -285,10 +292,14 @@ class Grader:
                                  solution_modules=solution_modules(task))
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
         selected = {base_id(i) for i in task.test_ids or ()}
-        candidates = tuple(choose(
-            [s for s in sentinel_sites(hidden_files(task), paths)
-             if not selected or s.test_id in selected],
-            SENTINEL_CANDIDATES, random.Random(seed)))
+
+        def usable(site: SentinelSite) -> bool:  # a site the test's canary leaves alone
+            canary = canaries.canaries.get(site.test_id)
+            return (not selected or site.test_id in selected) and compatible(
+                site, canary.edits if canary else ())
+
+        candidates = tuple(choose([s for s in sentinel_sites(hidden_files(task), paths)
+                                   if usable(s)], SENTINEL_CANDIDATES, random.Random(seed)))
 
         def files(texts: Mapping[str, str]) -> dict[str, bytes]:
             return select_files(task, {p: t.encode() for p, t in texts.items()})[0]

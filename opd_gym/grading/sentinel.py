@@ -330,14 +330,16 @@ def compatible(site: SentinelSite, canary: Iterable[tuple[int, int, str]]) -> bo
 
 
 def choose(sites: Sequence[SentinelSite], count: int, rng: random.Random) -> list[SentinelSite]:
-    """Up to `count` sites of different tests, drawn by `rng`; a changed literal where the
-    test has one (it reads like a canary), else a wrapped expectation."""
+    """Up to `count` sites of different tests, the tests drawn by `rng`; in each, a changed
+    literal where the test has one (it reads like a canary), else a wrapped expectation, else
+    a negated assertion, and of those the earliest (a clone runs only up to its site)."""
     by_test: dict[str, list[SentinelSite]] = {}
     for site in sites:
         by_test.setdefault(site.test_id, []).append(site)
     tests = rng.sample(sorted(by_test), min(count, len(by_test)))
-    return [rng.choice(next(group for kind in ("value", "wrap", "negate")
-                            if (group := [s for s in by_test[t] if s.kind == kind])))
+    return [min(next(group for kind in ("value", "wrap", "negate")
+                     if (group := [s for s in by_test[t] if s.kind == kind])),
+                key=lambda s: (s.statement_start, s.value_start))
             for t in tests]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 
 from opd_gym.grading import Grader
-from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import Task, from_humaneval
 
 pytestmark = pytest.mark.docker
@@ -151,10 +150,8 @@ ATTACKS = {"frame_reader": FRAME_READER, "profile_hook": PROFILE_HOOK,
 
 
 @pytest.fixture(scope="module")
-def grader():
-    pool = make_pool("docker", size=3, workers=3)
-    yield Grader(pool)
-    pool.close()
+def grader(docker_grader):
+    return docker_grader  # tests/security/conftest.py: calibrations shared across modules
 
 
 def _grade(grader: Grader, task: Task, source: str):

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from opd_gym.grading import Grader
-from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import Task, from_humaneval, load_suite
 
 pytestmark = pytest.mark.docker
@@ -322,10 +320,8 @@ PLANTED = {
 
 
 @pytest.fixture(scope="module")
-def grader():
-    pool = make_pool("docker", size=3, workers=3)
-    yield Grader(pool)
-    pool.close()
+def grader(docker_grader):
+    return docker_grader  # tests/security/conftest.py: calibrations shared across modules
 
 
 def _encode(files: dict[str, str]) -> dict[str, bytes]:

@@ -21,7 +21,6 @@ import pytest
 
 from opd_gym.grading import Grader
 from opd_gym.grading import grader as grader_module
-from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import Task, load_suite, load_tasks
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -96,16 +95,16 @@ def tasks() -> list[Task]:
 
 
 @pytest.fixture(scope="module")
-def grader(tasks):
-    with make_pool("docker", size=2, workers=2) as pool:
-        grader = Grader(pool)
-        with ThreadPoolExecutor(2) as workers:
-            list(workers.map(grader.calibration, tasks))
-        yield grader
+def grader(docker_grader, tasks):
+    """The session's Grader (tests/security/conftest.py): the built-in and dataset tasks
+    are calibrated once for all security modules."""
+    with ThreadPoolExecutor(3) as workers:
+        list(workers.map(docker_grader.calibration, tasks))
+    return docker_grader
 
 
 def _grades(grader: Grader, jobs: list[tuple[Task, dict[str, bytes]]]) -> list[float]:
-    with ThreadPoolExecutor(2) as workers:
+    with ThreadPoolExecutor(3) as workers:
         return list(workers.map(lambda job: grader.grade(*job).score, jobs))
 
 
