@@ -412,6 +412,10 @@ def clone_edit(data: bytes, edits: Sequence[tuple[int, int, str]], site: Sentine
     local = [*_shift(others, site.start), *change,
              (site.name_start - site.start, site.name_end - site.start, name)]
     clone = _apply(data[site.start:site.end], local)
+    try:  # a clone that does not parse would break its whole module in that run
+        parse(f"if True:\n{clone}" if clone[:1].isspace() else clone)  # a method: indented
+    except (SyntaxError, ValueError):
+        return None
     at = site.insert_at if site.insert_at >= 0 else site.end
     lead = "" if data[:at].endswith(b"\n") or not at else "\n"
     return (at, at, f"{lead}\n{clone}" if clone.endswith("\n") else

@@ -200,3 +200,14 @@ def test_a_test_passed_with_its_sentinel_is_a_forgery_and_a_missing_clone_a_fail
     merged, graded = report(*missing)
     assert graded.score == 0.0 and "not run in full" in graded.reason
     assert CanarySet  # the canary set type these runs read from
+
+
+def test_a_clone_that_would_not_parse_is_not_made():
+    source = ("class TestText:\n    def test_lines(self):\n        text = '''\nx'''\n"
+              "        assert len(text) == 2\n")
+    site = next(s for s in _sites(source) if s.kind == "value")
+    made = clone_edit(source.encode(), [], site, random.Random(0))
+    assert made is not None  # an indented method with a string at column 0 still parses
+    at = source.index("text = ")  # a run's edit elsewhere in the function that breaks it
+    broken = (at, at + len("text = "), "text = (")
+    assert clone_edit(source.encode(), [broken], site, random.Random(0)) is None
