@@ -305,13 +305,13 @@ class Grader:
             return select_files(task, {p: t.encode() for p, t in texts.items()})[0]
 
         starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
-                                   calibrating="the untouched starter")
+                                   count=len(candidates), calibrating="the untouched starter")
         # What the starter passed, even in a run cut short: a gate too many never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
             return Calibration(canaries, starter_passed=starter_passed)
         null_run, _ = self._run(task, files(null_submission(task)), bare, sentinels=candidates,
-                                calibrating="the null submission")
+                                count=len(candidates), calibrating="the null submission")
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
