@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import random
 
-from opd_gym.grading.canary import CanarySet, make_canaries
+from opd_gym.grading.canary import make_canaries
 from opd_gym.grading.report import PASSING
 from opd_gym.grading.sentinel import (
     build_runs,
@@ -199,7 +199,6 @@ def test_a_test_passed_with_its_sentinel_is_a_forgery_and_a_missing_clone_a_fail
     del missing[1 - real][clones[1 - real]]
     merged, graded = report(*missing)
     assert graded.score == 0.0 and "not run in full" in graded.reason
-    assert CanarySet  # the canary set type these runs read from
 
 
 def test_a_clone_that_would_not_parse_is_not_made():
