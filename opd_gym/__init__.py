@@ -40,6 +40,7 @@ _LAZY = {
     "ModelClient": "opd_gym.models.client",
     "EpisodeRow": "opd_gym.runs",
     "RunDirectory": "opd_gym.runs",
+    "RecordingProxy": "opd_gym.proxy.server",  # the recording model proxy (opd_gym.proxy)
 }
 
 __all__ = [

@@ -101,7 +101,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                          engine=engine)
     print(f"sandbox image ready ({method})")
     if tasks is not None:
-        _build_environments(tasks, engine, budget, quiet=args.quiet)
+        _build_environments(tasks, engine, budget, quiet=args.quiet, cache=args.setup_cache)
     return 0
 
 
@@ -114,14 +114,16 @@ def _budget(text: str | None, flag: str = "--budget") -> int:
         raise UserError(f"{flag}: {exc}") from None
 
 
-def _build_environments(tasks: Any, engine: Any, budget: int, quiet: bool) -> None:
-    """Build (or find) the environment image of every task that needs one, with a bar."""
+def _build_environments(tasks: Any, engine: Any, budget: int, quiet: bool,
+                        cache: str | None = None) -> None:
+    """Build (or find) the environment image of every task that needs one, with a bar;
+    setup steps install from `cache` (default: the pinned sdists)."""
     from opd_gym.sandboxes.env_image import EnvironmentSpec, ImageCache
     from opd_gym.tasks.repo import environment
 
     wanted: dict[Any, list[str]] = {}
     for task in tasks:
-        where = environment(task)
+        where = environment(task, None if cache is None else Path(cache))
         if where is not None:
             wanted.setdefault(where, []).append(task.id)
     shared = len(tasks) - sum(len(ids) for ids in wanted.values())
@@ -306,6 +308,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_turns=args.max_turns,
         max_tool_output_chars=args.max_tool_output or None,
+        setup_cache=args.setup_cache,
         resume=args.resume,
         opd=opd is not None,
         opd_options=opd if opd is not None else {},
@@ -476,6 +479,21 @@ def _repos(args: argparse.Namespace) -> str | dict[str, str] | None:
             raise UserError(f"--repo names {name.strip()!r} twice")
         repos[name.strip()] = str(Path(path.strip()).expanduser().resolve())
     return repos
+
+
+def _setup_cache_flag(parser: argparse.ArgumentParser) -> None:
+    """`--setup-cache`: what repository tasks' setup steps install from (at /opd-cache)."""
+    parser.add_argument("--setup-cache", metavar="DIR", type=_folder,
+                        help="the folder environment images' setup steps install from, "
+                        "mounted read-only at /opd-cache (default: the pinned sdists that "
+                        "scripts/setup.sh keeps)")
+
+
+def _folder(text: str) -> str:
+    """argparse type: an existing folder."""
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder")
+    return text
 
 
 def _repo_flags(parser: argparse.ArgumentParser) -> None:
@@ -821,6 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     roll.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
     _repo_flags(roll)
+    _setup_cache_flag(roll)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument(
@@ -973,6 +992,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--budget", help="disk kept for environment images, e.g. 20g (least "
                        "recently used beyond it are removed; default 20g)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    _setup_cache_flag(build)
     build.set_defaults(func=cmd_build)
     doctor = ssub.add_parser("doctor", help="check the backends and run a smoke session")
     doctor.add_argument("--backend", action="append", choices=SANDBOXES[1:])
@@ -986,7 +1006,18 @@ def build_parser() -> argparse.ArgumentParser:
     prune = ssub.add_parser("prune", help="remove containers whose owner process is gone")
     prune.add_argument("--all", action="store_true", help="remove every opd_gym container")
     prune.set_defaults(func=cmd_prune)
+    _proxy_parser(sub)
     return parser
+
+
+def _proxy_parser(sub: Any) -> None:
+    """`opd-gym proxy`: a recording OpenAI-compatible model proxy on loopback (docs/proxy.md)."""
+    from opd_gym.proxy.cli import add_arguments, run_proxy
+
+    proxy = sub.add_parser("proxy", help="serve a recording OpenAI-compatible model proxy on "
+                           "loopback (exact ids and logprobs of each call, per episode)")
+    add_arguments(proxy)
+    proxy.set_defaults(func=run_proxy)
 
 
 THIRD_PARTY_BARS = {  # read when those libraries are imported, which the CLI does later

@@ -7,7 +7,9 @@ grading, reward) live in `opd_gym.episode`; everything a wrapper needs travels i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -69,6 +71,10 @@ class CodingEnv(gym.Env[str, Any]):
         max_tool_output_chars: characters of one tool result the agent sees (default 10,000;
             0 or None: no limit); longer output keeps its head and tail (half the budget
             each) around a marker naming the characters elided and how to see more.
+        setup_cache: the folder mounted read-only at `/opd-cache` while a repository task's
+            setup steps build its environment image offline (sdists, wheels); default: the
+            pinned sdists `scripts/setup.sh` keeps (`$OPD_GYM_SDISTS`, else
+            `~/.cache/opd_gym/sdists`).
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -94,6 +100,7 @@ class CodingEnv(gym.Env[str, Any]):
         grader: Grader | None = None,
         image_budget: int | str = DEFAULT_BUDGET,
         max_tool_output_chars: int | None = DEFAULT_TOOL_OUTPUT_CHARS,
+        setup_cache: str | os.PathLike[str] | None = None,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} "
@@ -110,6 +117,10 @@ class CodingEnv(gym.Env[str, Any]):
         self._owns_pool = self.pool is None
         self.grader = grader
         self.image_budget = parse_size(image_budget)
+        self.setup_cache = None if setup_cache is None else Path(setup_cache)
+        if self.setup_cache is not None and not self.setup_cache.is_dir():
+            raise ConfigError(f"setup_cache {str(setup_cache)!r} is not a folder (it holds "
+                              "what setup steps install from, mounted at /opd-cache)")
         self._images: ImageCache | None = None
         self._built: dict[EnvironmentSpec, str] = {}  # spec -> tag, once ensured here
         self._image_graders: dict[str, Grader] = {}
@@ -170,7 +181,7 @@ class CodingEnv(gym.Env[str, Any]):
         """The warm pool and grader of the image `task` runs in (its own environment image,
         built on first use, for a repository task with one; else the env's pool)."""
         assert self.pool is not None and self.grader is not None
-        where = environment(task)
+        where = environment(task, self.setup_cache)
         if where is None:
             return self.pool, self.grader
         if isinstance(where, EnvironmentSpec):

@@ -1,5 +1,9 @@
 """Fixtures shared by the env, tools, grading and wrapper tests: toy tasks and local sandboxes.
 
+`docker_grader` is one Grader over one Docker pool for the whole session: a Grader calibrates
+each task once (per content hash), so every module that grades the built-in suite or the
+dataset fixtures on Docker shares those calibrations instead of repeating them.
+
 The local backend runs commands unisolated on this host and warns so; the tests using it run
 only trusted toy code and silence that warning with a `filterwarnings` mark.
 """
@@ -40,6 +44,15 @@ def make_toy_task(task_id: str = "toy_add", **overrides) -> Task:
     }
     fields.update(overrides)
     return Task(**fields)
+
+
+@pytest.fixture(scope="session")
+def docker_grader():
+    from opd_gym.grading import Grader
+
+    pool = make_pool("docker", size=3, workers=3)
+    yield Grader(pool)
+    pool.close()
 
 
 @pytest.fixture

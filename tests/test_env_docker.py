@@ -14,7 +14,6 @@ from gymnasium.utils.env_checker import check_env
 
 from opd_gym import CodingEnv
 from opd_gym.agents import MalformedAgent, ReferenceAgent, WrongAgent, run_episode
-from opd_gym.grading import Grader
 from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import load_suite
 from opd_gym.tools import format_tool_call
@@ -42,9 +41,10 @@ def play(pool, agent_type, task_id, grader=None):
         env.close()
 
 
-def test_every_builtin_task_reference_passes_and_wrong_scores_lower(shared_pool):
+def test_every_builtin_task_reference_passes_and_wrong_scores_lower(shared_pool, docker_grader):
     # one Grader for every env, as a run shares one: each task is calibrated once, not per env
-    grader = Grader(shared_pool)
+    # (the session's: other modules grading the built-in suite share its calibrations)
+    grader = docker_grader
     jobs = [(agent, task.id) for task in TASKS for agent in (ReferenceAgent, WrongAgent)]
     with ThreadPoolExecutor(THREADS) as workers:
         results = list(workers.map(lambda job: play(shared_pool, *job, grader=grader), jobs))

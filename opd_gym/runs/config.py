@@ -36,6 +36,7 @@ class RolloutConfig:
     tool_format: str = "hermes"  # how the policy writes tool calls (tools/formats)
     repeat: int = 1  # rollouts per task in a row (a group: GRPO, pass@k), each its own seed
     max_tool_output_chars: int | None = 10_000  # of one tool result the agent sees (0/None: all)
+    setup_cache: str | None = None  # what environment images' setup steps install from
 
     def plan(self, episode: int, task_ids: list[str]) -> tuple[str, int]:
         """(task id, seed) of episode `episode`: task (i // repeat) mod n, seed `seed + i`

@@ -72,7 +72,8 @@ def build_env(config: RolloutConfig, *, tasks: Sequence[Any], pool: Any,
 
     env = gym.make(ENV_ID, tasks=list(tasks), sandbox=pool, max_turns=config.max_turns,
                    tool_format=config.tool_format, grader=grader,
-                   max_tool_output_chars=config.max_tool_output_chars)
+                   max_tool_output_chars=config.max_tool_output_chars,
+                   setup_cache=config.setup_cache)
     if opd_options is not None:
         from opd_gym.opd.wrapper import OPDWrapper
 

@@ -176,4 +176,78 @@ def with_pythonpath(config: PytestConfig, folder: str) -> PytestConfig:
     return PytestConfig(render_ini(options), config.source, options)
 
 
-__all__ = ["PytestConfig", "adapt_ini", "read_pytest_config", "render_ini", "with_pythonpath"]
+def with_addopts(config: PytestConfig, extra: list[str]) -> PytestConfig:
+    """`config` with `extra` appended to its `addopts` (a row's or repository's own options)."""
+    if not extra:
+        return config
+    options = dict(config.options)
+    options["addopts"] = shlex.join([*config.addopts, *extra])
+    return PytestConfig(render_ini(options), config.source or "the task's pytest options",
+                        options)
+
+
+# How SWE-bench's per-repository specs start a pytest run; anything else is not graded here.
+_PYTEST_STARTS = (("pytest",), ("py.test",), ("python", "-m", "pytest"),
+                  ("python3", "-m", "pytest"))
+# Options whose value is the next word (so that word is not a test path).
+_TAKES_VALUE = frozenset({"-p", "-c", "-o", "-W", "-r", "--tb", "--rootdir", "--confcutdir",
+                          "--basetemp", "--import-mode", "--ignore", "--ignore-glob",
+                          "--override-ini", "--pythonwarnings", "--log-level", "--durations",
+                          "--doctest-glob", "--cache-dir"})
+# Options that leave tests without an outcome: a grade needs the outcome of every test.
+_HIDES_OUTCOMES = ("-x", "--exitfirst", "--maxfail", "--lf", "--last-failed", "--sw",
+                   "--stepwise", "--co", "--collect-only", "-k", "-m", "--deselect")
+
+
+def _hides(arg: str) -> bool:
+    """Whether `arg` stops early or deselects (`-x`, `--maxfail=2`, `-vx`, `-kfoo`)."""
+    if arg.startswith("--"):
+        return arg.split("=", 1)[0] in _HIDES_OUTCOMES
+    for letter in arg[1:]:  # a cluster of short flags; the rest after a value flag is its value
+        if letter in "xkm":
+            return True
+        if letter in "rpcoWn":
+            return False
+    return False
+
+
+def command_options(command: str | list[str], what: str = "test_cmd") -> list[str]:
+    """The pytest options of a test command (`pytest -rA -p no:cacheprovider tests/`), as
+    SWE-bench's per-repository specs give it: leading `VAR=value` words and test paths are
+    left out (the task's test ids say what runs). DatasetError for a command that is not
+    pytest, or an option that would leave a test without an outcome (`-x`, `-k`, `--lf`...)."""
+    try:
+        words = shlex.split(command) if isinstance(command, str) else list(command)
+    except ValueError as exc:
+        raise DatasetError(f"{what}: cannot split {command!r} into words ({exc})") from None
+    if not all(isinstance(w, str) for w in words):
+        raise DatasetError(f"{what} must be a command string or a list of words")
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        words.pop(0)  # environment assignments before the command
+    start = next((s for s in _PYTEST_STARTS if tuple(words[:len(s)]) == s), None)
+    if start is None:
+        raise DatasetError(f"{what} {command!r} does not run pytest: only pytest suites are "
+                           "graded (give `pytest OPTIONS`, or the options as pytest_options)")
+    return options_only(words[len(start):], what)
+
+
+def options_only(args: list[str], what: str = "pytest_options") -> list[str]:
+    """`args` without test paths, refusing options that would hide a test's outcome."""
+    kept: list[str] = []
+    value_next = False
+    for arg in args:
+        if value_next:
+            kept.append(arg)
+            value_next = False
+        elif arg.startswith("-"):
+            if _hides(arg):
+                raise DatasetError(f"{what}: {arg!r} would leave tests without an outcome; "
+                                   "a grade runs every test it scores (remove it)")
+            kept.append(arg)
+            value_next = arg in _TAKES_VALUE
+        # else: a test path or node id; the task's own test ids say what runs
+    return kept
+
+
+__all__ = ["PytestConfig", "adapt_ini", "command_options", "options_only", "read_pytest_config",
+           "render_ini", "with_addopts", "with_pythonpath"]

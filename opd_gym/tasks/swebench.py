@@ -11,6 +11,12 @@ per repository name (`repos`), and every row is read from it with the git CLI:
 - `solution`: the files `patch` changes, after it;
 - `pytest_ini`: the project's pytest settings; `repo`: a RepoInfo whose history is the
   checkout or bundle, so the workspace's `.git` holds the base commit's ancestry only.
+
+Each repository may carry its own way of testing, as SWE-bench's per-repository specs do: an
+entry of `repos` may be `{"path": history, "setup": [...], "test_cmd": "pytest -rA ...",
+"pytest_options": [...], "image": ...}` instead of a bare path, and a row may give the same
+keys itself (a row's own keys win). `setup` builds the environment image offline;
+`test_cmd` (a pytest command) or `pytest_options` add to the project's `addopts`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,12 @@ from typing import Any
 
 from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.tasks.pytest_config import (
+    command_options,
+    options_only,
+    read_pytest_config,
+    with_addopts,
+)
 from opd_gym.tasks.repo import (
     FIXED_DATE,
     GitError,
@@ -32,17 +44,19 @@ from opd_gym.tasks.repo import (
     _unpacked_repository,
     archive_tree,
     git,
-    project_pytest_ini,
     text_files,
 )
 from opd_gym.tasks.rows import TaskList, _file_rows, _labelled
 
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "FAIL_TO_PASS")
 IMAGE_FIELDS = ("image_name", "docker_image", "image")  # SWE-smith, SWE-Next, others
+# What a repository entry may say beside its path (and a row for itself): how it is tested.
+SPEC_KEYS = ("setup", "test_cmd", "pytest_options", "image")
 DEFAULT_TIMEOUT = 300.0
 Rows = str | os.PathLike[str] | Iterable[Mapping[str, Any]]
 # {"owner/name": a clone, bare repository, bundle or tarball}, or a folder holding them
-Repos = Mapping[str, str | os.PathLike[str]] | str | os.PathLike[str]
+# (an entry may be a mapping: {"path": history, "setup": ..., "test_cmd": ...}, see SPEC_KEYS)
+Repos = Mapping[str, str | os.PathLike[str] | Mapping[str, Any]] | str | os.PathLike[str]
 
 
 def is_swebench_row(row: Any) -> bool:
@@ -152,18 +166,22 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
         raise DatasetError(f"timeout must be a positive number of seconds, got {timeout!r}")
     if not f2p:
         raise DatasetError("field 'FAIL_TO_PASS' is empty: nothing would earn the grade")
+    source, reader = readers.get(repo_name)
+    spec = readers.spec(repo_name)
     image = None
     for name in IMAGE_FIELDS:
         if isinstance(row.get(name), str) and row[name].strip() and not ignore_images:
             image = row[name].strip()
-    setup = row.get("setup", ())
+    if image is None and spec.get("image") and not ignore_images:
+        image = str(spec["image"]).strip()
+    setup = row["setup"] if "setup" in row else spec.get("setup", ())
     if isinstance(setup, str):
         setup = [setup] if setup.strip() else []
     if not isinstance(setup, list | tuple) or not all(isinstance(s, str) and s.strip()
                                                      for s in setup):
         raise DatasetError("field 'setup': give shell commands (a string or a list of them) "
                            "that build the environment offline")
-    source, reader = readers.get(repo_name)
+    options = _test_options(row if {"test_cmd", "pytest_options"} & set(row) else spec)
     try:
         tree = archive_tree(reader, base)
     except GitError as exc:
@@ -181,7 +199,8 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
                 if data is not None}
     tested_text = {**base_text, **tests}
     try:
-        ini = project_pytest_ini(tested_text)
+        config = with_addopts(read_pytest_config(tested_text), options)
+        ini = config.ini if config.source else None
     except DatasetError as exc:
         raise DatasetError(f"the project's pytest settings: {exc}") from None
     prompt = (f"{statement.rstrip()}\n\n(The repository {repo_name} is checked out in the "
@@ -196,6 +215,30 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
     return Task(id=instance_id, prompt=prompt, files=base_text, tests=tests, solution=solution,
                 timeout=timeout, difficulty="hard", tags=("repository", "swebench"),
                 metadata=metadata, pytest_ini=ini, repo=info)
+
+
+def _test_options(where: Mapping[str, Any]) -> list[str]:
+    """The pytest options a row or repository entry gives: `test_cmd` (a pytest command) and
+    `pytest_options` (a string or a list of words), test paths left out."""
+    options: list[str] = []
+    command = where.get("test_cmd")
+    if command is not None:
+        if not isinstance(command, str | list) or not command:
+            raise DatasetError("field 'test_cmd' must be a pytest command (a string)")
+        options += command_options(command, "field 'test_cmd'")
+    extra = where.get("pytest_options")
+    if extra is not None:
+        if isinstance(extra, str):
+            import shlex
+
+            try:
+                extra = shlex.split(extra)
+            except ValueError as exc:
+                raise DatasetError(f"field 'pytest_options': {exc}") from None
+        if not isinstance(extra, list | tuple) or not all(isinstance(w, str) for w in extra):
+            raise DatasetError("field 'pytest_options' must be a string or a list of words")
+        options += options_only(list(extra), "field 'pytest_options'")
+    return options
 
 
 def _decode(data: bytes, field: str, path: str) -> str:
@@ -275,25 +318,48 @@ def find_in_folder(folder: Path, repo_name: str) -> Path | None:
     return None
 
 
+def _entry(name: str, entry: Any) -> tuple[str | os.PathLike[str], Mapping[str, Any]]:
+    """(history path, spec) of one `repos` entry: a path, or a mapping with `path` and any of
+    SPEC_KEYS; DatasetError naming the entry for anything else."""
+    if isinstance(entry, str | os.PathLike):
+        return entry, {}
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str | os.PathLike):
+        raise DatasetError(f"repos[{name!r}]: give the repository's path, or a mapping with "
+                           f"'path' and any of {', '.join(SPEC_KEYS)}")
+    unknown = sorted(set(entry) - {"path", *SPEC_KEYS})
+    if unknown:
+        raise DatasetError(f"repos[{name!r}]: unknown key(s) {', '.join(unknown)} (known: "
+                           f"path, {', '.join(SPEC_KEYS)})")
+    spec = {k: v for k, v in entry.items() if k != "path"}
+    _test_options(spec)  # refused here, once, rather than on every row
+    return entry["path"], spec
+
+
 class _Readers:
     """A readable repository per repo name: a checkout as is, a bundle cloned once (temp), a
     tarball unpacked once (temp). `repos` maps names to histories, or is a folder of them."""
 
-    def __init__(self, repos: Mapping[str, str | os.PathLike[str]] | str | os.PathLike[str]
-                 ) -> None:
+    def __init__(self, repos: Repos) -> None:
+        self.folder: Path | None = None
+        self.repos: dict[str, str | os.PathLike[str]] = {}
+        self.specs: dict[str, Mapping[str, Any]] = {}
         if isinstance(repos, str | os.PathLike):
-            self.folder: Path | None = Path(repos)
+            self.folder = Path(repos)
             if not self.folder.is_dir():
                 raise DatasetError(f"repos: {str(repos)!r} is not a folder (give a folder "
                                    "holding one repository per name, or a mapping)")
-            self.repos: Mapping[str, str | os.PathLike[str]] = {}
         elif isinstance(repos, Mapping):
-            self.folder, self.repos = None, repos
+            for name, entry in repos.items():
+                self.repos[name], self.specs[name] = _entry(name, entry)
         else:
             raise DatasetError(f"repos must map 'owner/name' to a repository path, or be a "
                                f"folder of them; got {type(repos).__name__}")
         self._clones: dict[str, tuple[Path, Path]] = {}
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def spec(self, name: str) -> Mapping[str, Any]:
+        """What the repository's entry says beside its path (SPEC_KEYS), or nothing."""
+        return self.specs.get(name, {})
 
     def _scratch(self) -> Path:
         if self._tmp is None:

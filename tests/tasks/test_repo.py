@@ -25,7 +25,7 @@ from repo_project import (
 )
 
 from opd_gym.episode import task_prompt
-from opd_gym.errors import ConfigError
+from opd_gym.errors import ConfigError, OPDGymError
 from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import RepoInfo, Task
 from opd_gym.tasks.repo import FIXED_DATE, archive_tree, project_pytest_ini, workspace_files
@@ -325,3 +325,41 @@ def test_setup_steps_on_a_backend_without_images_are_refused():
             env.reset(seed=0)
     finally:
         env.close()
+
+
+FREQLIB = '''"""A stand-in dependency, installed from a setup cache of the user's own."""
+MARK = "freqlib-from-the-users-setup-cache"
+'''
+
+
+@pytest.mark.docker
+def test_setup_steps_install_from_the_setup_cache_the_env_is_given(docker_pool, tmp_path):
+    """`CodingEnv(setup_cache=...)` (the CLI's --setup-cache) is what the steps see at
+    /opd-cache; the default cache lacks the file, so the same task cannot build without it."""
+    from opd_gym.tasks import RepoInfo, Task
+
+    cache = tmp_path / "cache"
+    (cache / "vendor").mkdir(parents=True)
+    (cache / "vendor" / "freqlib.py").write_text(FREQLIB)
+    step = "cp /opd-cache/vendor/freqlib.py /usr/local/lib/python3.11/dist-packages/"
+    task = Task(id="uses-freqlib", prompt="p", files={"calc.py": "import freqlib\n"},
+                tests={"tests/test_calc.py": "def test_ok():\n    assert 1 + 1 == 2\n"},
+                repo=RepoInfo(name="calc", fail_to_pass=["tests/test_calc.py::test_ok"],
+                              setup=(step,)))
+    env = gym.make("opd_gym/Coding-v0", tasks=[task], sandbox=docker_pool, max_turns=2,
+                   setup_cache=str(cache))
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step(terminal("python3 -c 'import freqlib; print(freqlib.MARK)'"))
+        assert "freqlib-from-the-users-setup-cache" in info["messages"][-1]["content"]
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="is not a folder"):
+        gym.make("opd_gym/Coding-v0", tasks=[task], sandbox=docker_pool,
+                 setup_cache=str(tmp_path / "missing"))
+    default = gym.make("opd_gym/Coding-v0", tasks=[task], sandbox=docker_pool, max_turns=2)
+    try:
+        with pytest.raises(OPDGymError, match="freqlib"):
+            default.reset(seed=0)  # the default cache has no vendor/freqlib.py
+    finally:
+        default.close()

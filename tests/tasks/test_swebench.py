@@ -177,3 +177,79 @@ def test_repositories_may_be_a_folder_of_clones_bundles_or_tarballs(project, tmp
         load_swebench(rows, empty)
     with pytest.raises(DatasetError, match="repos applies to SWE-bench-style rows"):
         load_tasks("coding", repos=empty)
+
+
+def test_a_repository_entry_or_a_row_carries_its_own_way_of_testing(project):
+    """SWE-bench's per-repository specs: a `repos` entry may give setup steps, a pytest
+    command and options beside the path; a row's own keys win over its repository's."""
+    entry = {"path": str(project.bundle), "setup": ["pip install --no-index x"],
+             "test_cmd": "PYTHONWARNINGS=ignore pytest -rA --tb=no -p no:cacheprovider tests/"}
+    task = swebench_task(project.row, {REPO: entry})
+    assert task.repo.setup == ("pip install --no-index x",)
+    assert "addopts = -q -rA --tb=no -p no:cacheprovider\n" in task.pytest_ini  # paths left out
+    own = swebench_task(dict(project.row, pytest_options=["--import-mode=importlib"]),
+                        {REPO: entry})
+    assert "addopts = -q --import-mode=importlib\n" in own.pytest_ini
+    assert own.repo.setup == task.repo.setup  # only the keys the row gives are its own
+    for bad, message in [({"test_cmd": "tox -e py311"}, "does not run pytest"),
+                         ({"test_cmd": "pytest -x"}, "'-x' would leave tests without an outcome"),
+                         ({"pytest_options": "-k median"}, "'-k' would leave"),
+                         ({"colour": "red"}, "unknown key.*colour")]:
+        with pytest.raises(DatasetError, match=message):
+            swebench_task(project.row, {REPO: {"path": str(project.bundle), **bad}})
+    with pytest.raises(DatasetError, match="field 'test_cmd'.*does not run pytest"):
+        swebench_task(dict(project.row, test_cmd="make test"), {REPO: project.bundle})
+
+
+DOCTEST_CORE = '''\
+def median(xs):
+    """The median of a non-empty sequence.
+
+    >>> median([4, 1, 3, 2])
+    2.5
+    """
+    ordered = sorted(xs)
+    return ordered[len(ordered) // 2]
+'''
+
+
+@pytest.mark.docker
+def test_a_row_whose_tests_need_its_pytest_command_grades_with_it(tmp_path, docker_grader):
+    """One failing test is a doctest in a package module, collected only under the project's
+    `pytest --doctest-modules`: with the row's test_cmd, gold earns 1.0 and the base 0;
+    without it, the reference's run lacks that test and the task is refused, not misgraded."""
+    from repo_project import _commit, git
+
+    repo = tmp_path / "docmed"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    odd = "from docmed.core import median\n\n\ndef test_odd():\n    assert median([3, 1, 2]) == 2\n"
+    even = "\n\ndef test_even():\n    assert median([10, 20]) == 15\n"
+    base = _commit(repo, "median", {"docmed/__init__.py": "", "docmed/core.py": DOCTEST_CORE,
+                                    "tests/test_core.py": odd})
+    fixed = DOCTEST_CORE.replace("    return ordered[len(ordered) // 2]\n",
+                                 "    mid = len(ordered) // 2\n    if len(ordered) % 2:\n"
+                                 "        return ordered[mid]\n"
+                                 "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
+    fix = _commit(repo, "fix median", {"docmed/core.py": fixed, "tests/test_core.py": odd + even})
+    row = {"instance_id": "docmed-1", "repo": "me/docmed", "base_commit": base,
+           "problem_statement": "median([4, 1, 3, 2]) returns 3; it should be 2.5.",
+           "patch": git(repo, "diff", base, fix, "--", "docmed") + "\n",
+           "test_patch": git(repo, "diff", base, fix, "--", "tests") + "\n",
+           "FAIL_TO_PASS": ["docmed/core.py::docmed.core.median", "tests/test_core.py::test_even"],
+           "PASS_TO_PASS": ["tests/test_core.py::test_odd"],
+           "test_cmd": "pytest --doctest-modules -p no:cacheprovider"}
+    task = swebench_task(row, {"me/docmed": repo})
+    assert "--doctest-modules" in task.pytest_ini
+    workspace = {path: text.encode() for path, text in task.files.items()}
+    gold = docker_grader.grade(task, {**workspace, "docmed/core.py": fixed.encode()})
+    assert gold.score == 1.0, (gold.reason, gold.output[-600:])
+    doctest = next(t for t in gold.tests if "median" in t.name and "test_" not in t.name)
+    assert doctest.outcome == "passed"  # it ran, from the pristine docstring
+    base_grade = docker_grader.grade(task, workspace)
+    assert base_grade.score == 0.0 and not base_grade.infra_error, base_grade.reason
+    without = swebench_task({k: v for k, v in row.items() if k != "test_cmd"},
+                            {"me/docmed": repo})
+    refused = docker_grader.grade(without, {**workspace, "docmed/core.py": fixed.encode()})
+    assert refused.score == 0.0 and refused.infra_error, refused.reason
+    assert "docmed.core.median" in refused.reason

@@ -7,7 +7,6 @@ Grader (local sandboxes for the small cases, Docker for the whole built-in suite
 from __future__ import annotations
 
 import io
-import os
 import sys
 import types
 from contextlib import redirect_stdout
@@ -220,14 +219,13 @@ def test_format_only_tests_and_fixed_builtin_tasks_on_the_real_grader(make_task)
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_every_builtin_task_pays_for_solving_it_and_nothing_else():
-    """CI: all 32 built-in tasks on Docker: starter 0, reference 1.0, wrong answer < 0.5."""
+def test_every_builtin_task_pays_for_solving_it_and_nothing_else(docker_grader):
+    """CI: all 32 built-in tasks on Docker: starter 0, reference 1.0, wrong answer < 0.5.
+    The session's Grader: its calibrations are shared with the other built-in-suite tests."""
     suite = load_suite("coding")
     assert len(suite) == 32
-    workers = max(4, os.cpu_count() or 1)
     width = max(len(t.id) for t in suite)
-    with make_pool("docker", size=workers) as pool:
-        checks = list(check_tasks(suite, Grader(pool).grade, workers=workers))
+    checks = list(check_tasks(suite, docker_grader.grade, workers=3))
     table = "\n".join([table_header(width)] + [table_row(c, width) for c in checks])
     print(table)
     assert [c.task_id for c in checks] == [t.id for t in suite]
