@@ -1006,8 +1006,19 @@ def build_parser() -> argparse.ArgumentParser:
     prune = ssub.add_parser("prune", help="remove containers whose owner process is gone")
     prune.add_argument("--all", action="store_true", help="remove every opd_gym container")
     prune.set_defaults(func=cmd_prune)
+    _serve_parser(sub)
     _proxy_parser(sub)
     return parser
+
+
+def _serve_parser(sub: Any) -> None:
+    """`opd-gym serve`: the env over OpenEnv's protocol (flags in `opd_gym.serve.command`)."""
+    from opd_gym.serve.command import add_arguments, cmd_serve
+
+    serve = sub.add_parser("serve", help="serve the env (with or without OPD) over OpenEnv's "
+                           "protocol to remote clients (extra 'serve'; see docs/serving.md)")
+    add_arguments(serve)
+    serve.set_defaults(func=cmd_serve)
 
 
 def _proxy_parser(sub: Any) -> None:

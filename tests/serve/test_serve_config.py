@@ -1,0 +1,49 @@
+"""ServeConfig and the request guard's token parsing: no server, no Docker."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from opd_gym.errors import ConfigError
+from opd_gym.serve import OPENENV_PIN
+from opd_gym.serve.config import ServeConfig, is_loopback
+from opd_gym.serve.guard import presented_token
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.5.0.1", True), ("::1", True), ("localhost", True),
+    ("0.0.0.0", False), ("10.0.0.5", False), ("::", False), ("example.org", False)])
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_public_bind_needs_a_token() -> None:
+    with pytest.raises(ConfigError, match="--token"):
+        ServeConfig(host="0.0.0.0").check()
+    with pytest.raises(ConfigError, match="8 characters"):
+        ServeConfig(host="0.0.0.0", token="short").check()
+    assert ServeConfig(host="0.0.0.0", token="long-enough-token").check().token
+
+
+@pytest.mark.parametrize("field, value", [("max_sessions", 0), ("max_body_bytes", 0),
+                                          ("idle_timeout", 0), ("port", 70000)])
+def test_bad_limits_are_refused(field: str, value: int) -> None:
+    with pytest.raises(ConfigError):
+        ServeConfig(**{field: value}).check()
+
+
+def test_token_from_bearer_or_basic_auth() -> None:
+    basic = base64.b64encode(b"anyone:s3cret-token").decode()
+    assert presented_token([(b"authorization", b"Bearer s3cret-token")]) == "s3cret-token"
+    assert presented_token([(b"Authorization", f"Basic {basic}".encode())]) == "s3cret-token"
+    assert presented_token([(b"authorization", b"Basic %%%")]) is None
+    assert presented_token([(b"x-other", b"1")]) is None
+
+
+def test_setup_installs_the_pinned_openenv() -> None:
+    """setup.sh installs exactly the openenv-core the code is written against."""
+    setup = (Path(__file__).parents[2] / "scripts" / "setup.sh").read_text()
+    assert f'"{OPENENV_PIN}"' in setup and ",serve}" in setup

@@ -1,0 +1,230 @@
+"""The server end to end: a real uvicorn on loopback (in a thread of this process, so the
+tests can see its sessions), real Docker sandboxes from the shared warm pool, and
+openenv-core's own client. One server serves the whole module; the built-in `coding` suite
+and the scripted demo policy keep episodes cheap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import docker
+import httpx
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+from websockets.asyncio.client import connect
+
+from opd_gym.agents.demo import DemoAgent, demo_script
+from opd_gym.runs import RunDirectory
+from opd_gym.runs.config import RolloutConfig
+from opd_gym.runs.core import build_env, play_episode
+from opd_gym.serve import ServeConfig, ServerThread
+from opd_gym.tasks.resolve import resolve_tasks
+from opd_gym.tools.parsing import format_tool_call
+
+pytestmark = pytest.mark.docker
+
+SESSIONS = 32
+MAX_BODY = 64 * 1024
+VOLATILE = ("duration", "served")  # wall times; the served marker
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    config = ServeConfig(port=0, out_dir=str(tmp_path_factory.mktemp("served")),
+                         max_sessions=SESSIONS, pool_size=8, idle_timeout=300,
+                         max_body_bytes=MAX_BODY, grace=5)
+    with ServerThread(config) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return {task.id: task for task in resolve_tasks("coding")}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def wait_until(predicate, timeout: float = 10.0) -> float:
+    """Seconds until `predicate()` held; fails the test after `timeout`."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, "condition not reached in time"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def comparable(data: Any) -> Any:
+    """A row without what differs between any two plays of an episode: wall times, and the
+    grader's captured pytest output (random temp paths and object addresses)."""
+    if isinstance(data, list):
+        return [comparable(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    grade = "passed" in data and "output" in data
+    return {k: comparable(v) for k, v in data.items()
+            if k not in VOLATILE and not (grade and k == "output")}
+
+
+def test_rows_equal_in_process_rows(server, tasks, tmp_path) -> None:
+    """Demo episodes played over the wire give the rows the same seeds give in process."""
+    plan = [(sorted(tasks)[0], 11), (sorted(tasks)[0], 12)]  # one task: one calibration
+
+    async def remote() -> list[int]:
+        numbers = []
+        async with GenericEnvClient(base_url=server.url) as client:
+            for task_id, seed in plan:
+                result = await client.reset(seed=seed, task_id=task_id)
+                assert result.observation["info"]["task_id"] == task_id
+                for output in demo_script(tasks[task_id]):
+                    result = await client.step({"text": output})
+                    if result.done:
+                        break
+                state = await client.state()
+                assert state["done"] and state["seed"] == seed
+                numbers.append(state["episode"])
+        return numbers
+
+    numbers = run(remote())
+    served = {row.episode: row.to_dict() for row in RunDirectory(server.runtime.run.root)
+              .episodes()}
+    config = RolloutConfig(out_dir=str(tmp_path), tasks="coding", opd=False)
+    recorder = build_env(config, tasks=list(tasks.values()), pool=server.runtime.pool,
+                         grader=server.runtime.grader)
+    try:
+        for number, (task_id, seed) in zip(numbers, plan, strict=True):
+            local = play_episode(recorder, DemoAgent(tasks.values()), number, task_id, seed)
+            remote_row = served[number]
+            assert remote_row["finished"] and remote_row["grade"]["passed"] is not None
+            assert comparable(remote_row) == comparable(local.to_dict())
+    finally:
+        recorder.close()
+
+
+def test_disconnect_returns_the_sandbox(server) -> None:
+    """A client that vanishes without a goodbye: its session and container are gone within
+    seconds."""
+
+    async def vanish() -> str:
+        ws = await connect(server.url.replace("http", "ws") + "/ws")
+        await ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+        answer = json.loads(await ws.recv())
+        assert answer["type"] == "observation"
+        env = next(iter(server.runtime._live))
+        container = env._stack.unwrapped.sandbox.container.id
+        ws.transport.abort()  # no close frame, no close message: the TCP connection drops
+        return container
+
+    container = run(vanish())
+    engine = docker.from_env()
+
+    def gone() -> bool:
+        try:
+            engine.containers.get(container)
+        except docker.errors.NotFound:
+            return True
+        return False
+
+    wait_until(lambda: server.runtime.live_sessions == 0, timeout=5)
+    wait_until(gone, timeout=10)
+
+
+def test_protocol_errors(server) -> None:
+    """Malformed JSON, unknown message types, actions in the wrong format, a step before
+    reset and unknown tasks get clear errors, and the session keeps working after them."""
+
+    async def main() -> list[dict[str, Any]]:
+        answers = []
+        async with connect(server.url.replace("http", "ws") + "/ws") as ws:
+            for message in ['{"type": "reset", ', json.dumps({"type": "teleport"}),
+                            json.dumps({"type": "step", "data": {"text": "hi"}}),
+                            json.dumps({"type": "reset", "data": {"task_id": "no_such"}}),
+                            json.dumps({"type": "reset", "data": {"seed": 1, "colour": 3}}),
+                            json.dumps({"type": "reset", "data": {"seed": 1}}),
+                            json.dumps({"type": "step", "data": {"bogus": 1}}),
+                            json.dumps({"type": "step", "data": {"text": "a",
+                                                                 "tool_calls": []}}),
+                            json.dumps({"type": "step", "data": {"text": format_tool_call(
+                                "terminal", {"command": "echo still-here"})}})]:
+                await ws.send(message)
+                answers.append(json.loads(await ws.recv()))
+        return answers
+
+    answers = run(main())
+    codes = [a["data"].get("code") if a["type"] == "error" else a["type"] for a in answers]
+    assert codes == ["INVALID_JSON", "UNKNOWN_TYPE", "EXECUTION_ERROR", "EXECUTION_ERROR",
+                     "EXECUTION_ERROR", "observation", "VALIDATION_ERROR", "VALIDATION_ERROR",
+                     "observation"]
+    assert "send reset before step" in answers[2]["data"]["message"]
+    assert "unknown task_id 'no_such'" in answers[3]["data"]["message"]
+    assert "colour" in answers[4]["data"]["message"]
+    assert "exactly one of" in json.dumps(answers[7]["data"]["errors"])
+    assert "still-here" in answers[8]["data"]["observation"]["text"]
+
+
+def test_oversized_payloads_are_refused(server) -> None:
+    """Over the byte limit: HTTP 413 before the route runs; a WebSocket closed with 1009."""
+    big = {"action": {"text": "x" * (MAX_BODY + 1)}}
+    answer = httpx.post(server.url + "/step", json=big, timeout=30)
+    assert answer.status_code == 413 and "over" in answer.json()["detail"]
+    assert httpx.post(server.url + "/reset", content=b"{not json",
+                      headers={"content-type": "application/json"}).status_code == 422
+    # HTTP /step is stateless in OpenEnv (no session to name): refused with the reason
+    sessionless = httpx.post(server.url + "/step", json={"action": {"text": "hi"}}, timeout=30)
+    assert sessionless.status_code == 409 and "send reset" in sessionless.json()["detail"]
+
+    async def main() -> int | None:
+        async with connect(server.url.replace("http", "ws") + "/ws",
+                           max_size=None) as ws:
+            await ws.send(json.dumps({"type": "step", "data": big["action"]}))
+            try:
+                await ws.recv()
+            except Exception:
+                pass
+            return ws.close_code
+
+    assert run(main()) == 1009
+    wait_until(lambda: server.runtime.live_sessions == 0, timeout=5)
+
+
+def test_32_concurrent_sessions_are_isolated(server, tasks) -> None:
+    """32 clients at once, each its own sandbox: a file one writes is seen by it alone;
+    a 33rd is refused while they are open; all sandboxes are returned after they leave."""
+    task_id = sorted(tasks)[0]
+    opened = asyncio.Barrier(SESSIONS + 1)
+
+    async def one(i: int) -> str:
+        async with GenericEnvClient(base_url=server.url, message_timeout_s=120) as client:
+            await client.reset(seed=i, task_id=task_id)
+            command = f"echo s{i} > mine.txt; cat *.txt"
+            result = await client.step({"tool_calls": [
+                {"name": "terminal", "arguments": {"command": command}}]})
+            state = await client.state()
+            assert state["seed"] == i and state["step_count"] == 1
+            await opened.wait()  # every session holds its sandbox now
+            await opened.wait()  # ... until the extra client was refused
+            return result.observation["text"]
+
+    async def extra() -> str:
+        await opened.wait()
+        try:  # the server answers the 33rd connection with CAPACITY_REACHED and closes it
+            async with connect(server.url.replace("http", "ws") + "/ws") as ws:
+                return await ws.recv()
+        finally:
+            await opened.wait()
+
+    async def main() -> tuple[list[str], str]:
+        *texts, refused = await asyncio.gather(*(one(i) for i in range(SESSIONS)), extra())
+        return texts, refused
+
+    texts, refused = run(main())
+    for i, text in enumerate(texts):
+        mine = [line for line in text.splitlines() if line.strip().startswith("s")
+                and line.strip()[1:].isdigit()]
+        assert mine == [f"s{i}"], text
+    assert "CAPACITY_REACHED" in refused
+    wait_until(lambda: server.runtime.live_sessions == 0 and not server.server.session_ids)
