@@ -16,6 +16,7 @@ from typing import Any
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from opd_gym.actions import TokenText
 from opd_gym.runs.core import unfinished_row
 from opd_gym.serve.errors import ServeError
 from opd_gym.serve.models import CodingAction, CodingObservation, CodingState
@@ -86,7 +87,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             self._check_open()
             if self._stack is None or self._state.done or self._state.task_id is None:
                 raise ServeError("no episode in progress: send reset before step")
-            output = action.text if action.text is not None else self._calls_text(action)
+            output = self._output(action)
             text, reward, terminated, truncated, info = self._stack.step(output)
             done = bool(terminated or truncated)
             self._state.step_count += 1
@@ -132,6 +133,15 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         """Refuse work on a session that was closed (reaped, its client gone, shutdown)."""
         if self._closed is not None:
             raise ServeError(f"this session is closed ({self._closed}): reconnect")
+
+    def _output(self, action: CodingAction) -> str:
+        """The turn as the env takes it: `TokenText` when the client sent its token ids."""
+        if action.text is None:
+            return self._calls_text(action)
+        if action.token_ids is None and action.prompt_ids is None:
+            return action.text
+        return TokenText(action.text, token_ids=action.token_ids, logprobs=action.logprobs,
+                         prompt_ids=action.prompt_ids, topk_ids=action.topk_ids)
 
     def _calls_text(self, action: CodingAction) -> str:
         """Structured calls written in the env's tool-call format."""

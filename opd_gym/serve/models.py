@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 MAX_TEXT_CHARS = 1_000_000  # one model turn; the byte limit on a request is stricter anyway
+MAX_TOKENS = 262_144  # sampled ids in one turn (prompt ids: 8 times that)
 
 
 class ToolCall(BaseModel):
@@ -25,20 +26,48 @@ class ToolCall(BaseModel):
 
 
 class CodingAction(Action):
-    """One assistant turn: the model's raw output `text`, or structured `tool_calls`."""
+    """One assistant turn: the model's raw output `text`, or structured `tool_calls`.
+
+    With `text`, a client that sampled the turn itself may send what it sampled, token-exact
+    (as `TokenText` carries it in process): `token_ids` and their `logprobs`, the
+    `prompt_ids` the model saw, and its own `topk_ids`; the OPD teacher then scores exactly
+    those ids instead of a context rebuilt from the messages."""
 
     text: str | None = Field(default=None, max_length=MAX_TEXT_CHARS,
                              description="the model's output, tool calls in the env's format")
     tool_calls: list[ToolCall] | None = Field(default=None, max_length=64,
                                               description="calls the server writes as text")
+    token_ids: list[int] | None = Field(default=None, max_length=MAX_TOKENS,
+                                        description="the sampled token ids behind `text`")
+    logprobs: list[float] | None = Field(default=None, max_length=MAX_TOKENS,
+                                         description="their logprobs, one per sampled id")
+    prompt_ids: list[int] | None = Field(default=None, max_length=MAX_TOKENS * 8,
+                                         description="the prompt ids the model saw")
+    topk_ids: list[list[int]] | None = Field(default=None, max_length=MAX_TOKENS,
+                                             description="the sampler's top-K ids per position")
 
     @model_validator(mode="after")
     def _one_form(self) -> CodingAction:
-        """Exactly one of `text` and `tool_calls`: an ambiguous turn is refused, not guessed."""
+        """Exactly one of `text` and `tool_calls`: an ambiguous turn is refused, not guessed;
+        token data only with `text`, aligned one to one with the sampled ids."""
         if (self.text is None) == (self.tool_calls is None):
             # a PydanticCustomError carries no exception object: OpenEnv can send it as JSON
             raise PydanticCustomError(
                 "one_form", "give exactly one of 'text' (the model output) or 'tool_calls'")
+        exact = (self.token_ids, self.logprobs, self.prompt_ids, self.topk_ids)
+        if self.text is None and any(x is not None for x in exact):
+            raise PydanticCustomError(
+                "token_data", "token_ids, logprobs, prompt_ids and topk_ids go with 'text'")
+        if self.token_ids is None and any(x is not None for x in (self.logprobs,
+                                                                   self.topk_ids)):
+            raise PydanticCustomError("token_data", "logprobs and topk_ids need token_ids")
+        for name, rows in (("logprobs", self.logprobs), ("topk_ids", self.topk_ids)):
+            if rows is not None and self.token_ids is not None \
+                    and len(rows) != len(self.token_ids):
+                raise PydanticCustomError(
+                    "token_data", "{name} has {got} entries but token_ids has {want}; they "
+                    "align one to one", {"name": name, "got": len(rows),
+                                         "want": len(self.token_ids)})
         return self
 
 

@@ -166,6 +166,39 @@ def test_protocol_errors(server) -> None:
     assert "still-here" in answers[8]["data"]["observation"]["text"]
 
 
+def test_token_exact_turns_travel_and_misaligned_ones_are_refused(server) -> None:
+    """A client that sampled the turn itself sends its ids and logprobs with the text: the
+    env takes them as `TokenText` (token-exact); misaligned token data is a VALIDATION_ERROR."""
+    call = format_tool_call("terminal", {"command": "echo exact"})
+
+    async def main() -> list[dict[str, Any]]:
+        answers = []
+        async with connect(server.url.replace("http", "ws") + "/ws") as ws:
+            for data in [None, {"text": call, "token_ids": [5, 6, 7], "logprobs": [-0.5]},
+                         {"tool_calls": [{"name": "terminal", "arguments": {}}],
+                          "token_ids": [1]},
+                         {"text": call, "logprobs": [-0.1]},
+                         {"text": call, "token_ids": [5, 6, 7], "logprobs": [-0.5, -1, -2],
+                          "prompt_ids": [1, 2, 3, 4]}]:
+                message = ({"type": "reset", "data": {"seed": 2}} if data is None
+                           else {"type": "step", "data": data})
+                await ws.send(json.dumps(message))
+                answers.append(json.loads(await ws.recv()))
+        return answers
+
+    answers = run(main())
+    kinds = [a["data"].get("code") if a["type"] == "error" else a["type"] for a in answers]
+    assert kinds == ["observation", "VALIDATION_ERROR", "VALIDATION_ERROR", "VALIDATION_ERROR",
+                     "observation"]
+    assert "logprobs has 1 entries but token_ids has 3" in json.dumps(answers[1]["data"])
+    assert "go with 'text'" in json.dumps(answers[2]["data"])
+    assert "need token_ids" in json.dumps(answers[3]["data"])
+    turn = answers[4]["data"]["observation"]["info"]["turn"]
+    assert turn["has_token_ids"] and turn["num_tokens"] == 3
+    assert "exact" in answers[4]["data"]["observation"]["text"]
+    wait_until(lambda: server.runtime.live_sessions == 0, timeout=5)
+
+
 def test_oversized_payloads_are_refused(server) -> None:
     """Over the byte limit: HTTP 413 before the route runs; a WebSocket closed with 1009."""
     big = {"action": {"text": "x" * (MAX_BODY + 1)}}
