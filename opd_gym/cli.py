@@ -714,12 +714,15 @@ def cmd_check_suite(args: argparse.Namespace) -> int:
     from opd_gym.tasks.sdist import read_sdist
 
     sdists = [read_sdist(Path(p)) for p in args.sdists]  # refuses an unreadable one first
+    options = _pytest_options(args.pytest_options)
+    image = _suite_image(args.setup, args.setup_cache) if args.setup else DEFAULT_IMAGE
     checks = []
-    with make_pool("docker", size=2) as pool:
+    with make_pool({"backend": "docker", "image": image}, size=2) as pool:
         grader = Grader(pool)
         for sdist in sdists:
-            project = prepare(f"{sdist.name}-{sdist.version}", sdist.files, DEFAULT_IMAGE)
-            check = check_project(project, grader, DEFAULT_IMAGE, test_dirs=args.tests,
+            project = prepare(f"{sdist.name}-{sdist.version}", sdist.files, image,
+                              options=options)
+            check = check_project(project, grader, image, test_dirs=args.tests,
                                   timeout=args.timeout)
             checks.append(check)
             print(f"[check-suite] {check.name}: {check.agree}/{check.ids} ids agree",
@@ -732,6 +735,36 @@ def cmd_check_suite(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(checks)} of {len(checks)} suites agree with plain pytest")
     return 0
+
+
+def _pytest_options(text: str | None) -> list[str]:
+    """`--pytest-options` as words, test paths and outcome-hiding options refused."""
+    import shlex
+
+    from opd_gym.tasks.pytest_config import options_only
+
+    if not text:
+        return []
+    try:
+        return options_only(shlex.split(text), "--pytest-options")
+    except ValueError as exc:  # a DatasetError, or shlex's unbalanced quote
+        raise UserError(f"--pytest-options: {exc}") from None
+
+
+def _suite_image(setup: list[str], cache: str | None) -> str:
+    """The environment image `setup` builds on the sandbox image (offline, `cache` at
+    /opd-cache): what the suites' dependencies and plugins need, for both runs."""
+    from opd_gym.sandboxes.docker import DockerEngine
+    from opd_gym.sandboxes.env_image import EnvironmentSpec, ImageCache
+    from opd_gym.sandboxes.image import DEFAULT_IMAGE
+    from opd_gym.tasks.libraries import sdist_cache
+
+    spec = EnvironmentSpec(setup=tuple(setup), base=DEFAULT_IMAGE,
+                           cache_dir=Path(cache) if cache else sdist_cache())
+    report = ImageCache(DockerEngine()).ensure(spec)
+    print(f"[check-suite] environment image {report.tag} "
+          f"({'built' if report.built else 'found'}, {len(setup)} setup step(s))", flush=True)
+    return report.tag
 
 
 def _encoded(files) -> dict[str, bytes]:
@@ -943,6 +976,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "the ids plain pytest collects)")
     tcheck.add_argument("--timeout", type=_seconds, default=300.0,
                         help="seconds each grading run may take (default 300)")
+    tcheck.add_argument("--setup", action="append", metavar="CMD",
+                        help="a step that builds the image both runs use (offline, as root, "
+                        "the setup cache at /opd-cache): the suite's plugins and test "
+                        "dependencies, e.g. 'pip install --no-index --find-links /opd-cache "
+                        "freezegun'; repeatable")
+    _setup_cache_flag(tcheck)
+    tcheck.add_argument("--pytest-options", metavar="OPTIONS",
+                        help="options the project passes outside its pytest config (tox's "
+                        "command line, CI scripts), e.g. --pytest-options=--doctest-modules")
     tcheck.set_defaults(func=cmd_check_suite)
     tasks.set_defaults(func=cmd_tasks)
 

@@ -97,7 +97,9 @@ def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[
         entry = json.loads(line)
         kind = entry.get("$report_type")
         if kind == "CollectReport" and entry["outcome"] == "failed":
-            collect_errors[entry["nodeid"]] = str(entry.get("longrepr", ""))[:500]
+            text = str(entry.get("longrepr", ""))  # its head, and its tail: the error itself
+            collect_errors[entry["nodeid"]] = text if len(text) <= 500 else \
+                f"{text[:150]} ... {text[-350:]}"
         elif kind == "TestReport":
             phases.setdefault(entry["nodeid"], {})[entry["when"]] = entry
     outcomes: dict[str, str] = {}

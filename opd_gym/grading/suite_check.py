@@ -11,6 +11,7 @@ lacks) are removed with a note, and an uninstalled src layout gets `pythonpath =
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 import time
@@ -30,6 +31,7 @@ from opd_gym.tasks.pytest_config import (
     adapt_ini,
     read_pytest_config,
     render_ini,
+    with_addopts,
     with_pythonpath,
 )
 
@@ -92,10 +94,12 @@ def _src_packages(files: Mapping[str, bytes]) -> bool:
 
 
 def prepare(name: str, files: Mapping[str, bytes], image: str,
-            ini: str | None = None) -> SuiteProject:
+            ini: str | None = None, options: Sequence[str] = ()) -> SuiteProject:
     """Read the project's pytest settings and make them run in `image`, noting each change.
 
     `ini`: use this ini text instead of the project's own (a curated library record).
+    `options`: pytest options the project passes elsewhere (tox's command line, CI scripts),
+    added to its `addopts`.
     """
     notes: list[str] = []
     if ini is not None:
@@ -107,6 +111,9 @@ def prepare(name: str, files: Mapping[str, bytes], image: str,
         if _src_packages(files) and "src" not in config.options.get("pythonpath", "").split():
             config = with_pythonpath(config, "src")
             notes.append("pythonpath = src (the src layout runs uninstalled)")
+        if options:
+            config = with_addopts(config, list(options))
+            notes.append(f"addopts + {shlex.join(options)} (given)")
         config = _adapted(files, config, image, notes)
     return SuiteProject(name, dict(files), config, tuple(notes))
 
@@ -252,8 +259,12 @@ def check_project(project: SuiteProject, grader: Grades, image: str, *,
     if not reference.outcomes or reference.collect_errors:
         errors = "; ".join(f"{k}: {v.splitlines()[-1] if v else ''}"
                            for k, v in list(reference.collect_errors.items())[:3])
-        why = (f"plain pytest cannot run this suite in the image (exit {reference.exit_code}"
-               f"{': ' + errors if errors else ''}); it needs what the image lacks")
+        missing = sorted({m.group(1) for v in reference.collect_errors.values()
+                          for m in re.finditer(r"No module named '([^']+)'", v or "")})
+        needs = (f"missing module(s) {', '.join(missing)}: install them with --setup"
+                 if missing else "it needs what the image lacks (install it with --setup)")
+        why = (f"plain pytest cannot run this suite in the image; {needs} (exit "
+               f"{reference.exit_code}{': ' + errors if errors else ''})")
         return SuiteCheck(ids=len(reference.outcomes), agree=0, disagreements=(),
                           infra_error=why, grade_s=0.0, earning=0, shapes=(), **base)
     hidden = hidden_files(project, list(reference.outcomes), test_dirs)

@@ -101,3 +101,42 @@ def test_a_file_that_is_no_sdist_is_one_line(tmp_path, capsys):
     assert main(["tasks", "check-suite", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a readable sdist" in err[0]
+
+
+NEEDS_TOOLZ = {
+    "setup.cfg": "[metadata]\nname = bag\n",  # no pytest settings: tox passes them
+    "bag/__init__.py": "",
+    "bag/count.py": (
+        "from toolz import frequencies\n\n\n"
+        "def most_common(items):\n"
+        '    """The item seen most often.\n\n    >>> most_common("abca")\n    \'a\'\n    """\n'
+        "    counts = frequencies(items)\n    return max(counts, key=counts.get)\n"
+    ),
+    "tests/test_count.py": "from bag.count import most_common\n\n\n"
+                           "def test_most_common():\n    assert most_common([1, 2, 2]) == 2\n",
+}
+INSTALL_TOOLZ = ("tar -xzf /opd-cache/toolz-1.2.0.tar.gz -C /tmp && "
+                 "cp -r /tmp/toolz-1.2.0/toolz /usr/local/lib/python3.11/dist-packages/")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_check_suite_installs_what_the_suite_needs_and_takes_outside_options(tmp_path, capsys):
+    """A suite needing a third-party package the image lacks gets no verdict, and says so;
+    `--setup` installs it (offline, from the setup cache) for both runs, and
+    `--pytest-options` adds what the project passes outside its config (its doctests)."""
+    sdist = make_sdist(tmp_path, NEEDS_TOOLZ, name="bag-0.1")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "1 of 1 suites disagree with plain pytest or got no verdict: bag-0.1" in out
+    assert "toolz" in out  # the missing module is named
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60", "--setup",
+                 INSTALL_TOOLZ, "--pytest-options=--doctest-modules"]) == 0
+    out = capsys.readouterr().out
+    assert "environment image opd-gym-env:" in out
+    assert "1 of 1 suites agree with plain pytest" in out
+    row = next(line for line in out.splitlines() if line.startswith("bag-0.1 "))
+    assert "2/2" in row or " 2 " in row, row  # the test and the package doctest
+    assert "doctest-modules" in row, row
+    assert main(["tasks", "check-suite", str(sdist), "--pytest-options=-x"]) == 2
+    assert "would leave tests without an outcome" in capsys.readouterr().err
