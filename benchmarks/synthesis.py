@@ -2,7 +2,10 @@
 
 From the synthesis progress log and the committed manifest: mutations tried and kept, the
 reasons the others were dropped, FAIL_TO_PASS / PASS_TO_PASS per task, and validation wall
-time per tried mutation (1 full suite run + 2 runs of the scored tests, in the sandbox image).
+time per tried mutation (1 full suite run + 2 runs of the scored tests, in the sandbox image);
+per library, the statements that pass `statement_problems`, the kind of behaviour they report
+(a wrong value, an exception, a missing exception, other) and how many snippets call the
+changed function itself (allowed there, never in prose: opd_gym/tasks/statements.py).
 With `--grade N`: for N tasks per library, `Grader.grade` of the gold fix against plain
 `python3 -m pytest` on the same test ids in a sandbox of the same image (files placed first),
 both timed as the whole call. With `--env N`: per library, an environment image built from
@@ -24,7 +27,8 @@ from collections import Counter, defaultdict
 
 from opd_gym.tasks.libraries import sdist_cache
 from opd_gym.tasks.repo_suite import _progress_path, load_repo_suite, manifest_path, sample
-from opd_gym.tasks.synth import read_manifest, run_suite
+from opd_gym.tasks.statements import calls_changed_function
+from opd_gym.tasks.synth import Mutation, check_statement, read_manifest, run_suite
 
 
 def yield_table() -> None:
@@ -52,6 +56,33 @@ def yield_table() -> None:
               f"{share:>6} {f2p:>9.1f} {p2p:>9.1f} {wall:>11.1f}  "
               f"{', '.join(f'{k}: {v}' for k, v in why.most_common()) or '-'}")
     print(f"suite: {len(data['tasks'])} tasks")
+
+
+def statement_table() -> None:
+    from opd_gym.tasks.repo_suite import _project
+
+    data = read_manifest(manifest_path())
+    print(f"{'library':<15} {'tasks':>5} {'pass':>5} {'value':>6} {'raises':>7} "
+          f"{'no-raise':>9} {'other':>6} {'public call':>12}")
+    by_lib: dict[str, list[dict]] = defaultdict(list)
+    for record in data["tasks"]:
+        by_lib[record["project"]].append(record)
+    for name, records in sorted(by_lib.items()):
+        project = _project(name)
+        kinds: Counter[str] = Counter()
+        passing = public = 0
+        for record in records:
+            mutation = Mutation(**record["mutation"])
+            text = record["statement"]
+            passing += not check_statement(project, mutation, text,
+                                           record["fail_to_pass"] + record["pass_to_pass"])
+            public += calls_changed_function(text, mutation.function)
+            observed = text.split("```")[-1]
+            kinds["value" if "It returns" in observed.split("\n")[2] else
+                  "raises" if "` is raised" in observed.split("\n")[2] else
+                  "no-raise" if "No exception is raised" in observed else "other"] += 1
+        print(f"{name:<15} {len(records):>5} {passing:>5} {kinds['value']:>6} "
+              f"{kinds['raises']:>7} {kinds['no-raise']:>9} {kinds['other']:>6} {public:>12}")
 
 
 def grading_table(per_library: int) -> None:
@@ -139,6 +170,7 @@ def main() -> int:
                         help="tasks per library to reset in an environment image of their own")
     args = parser.parse_args()
     yield_table()
+    statement_table()
     if args.grade:
         grading_table(args.grade)
     if args.env:

@@ -22,9 +22,11 @@ PASS_TO_PASS holds at most `P2P_LOCAL` passing ids from the test files of FAIL_T
 most `P2P_SAMPLE` from the other files (a seeded sample). Failing ids beyond the cap are not
 scored at all (neither list).
 
-Problem statements are written from the failing assertions like a user's report (what came
-back, what was expected, naming the public function) and are checked never to contain a test
-id, a test function's name, or the mutated line (`statement_leaks`).
+Problem statements are written like a user's bug report from the FAIL_TO_PASS tests' own
+source and the failures of the validation run (`opd_gym.tasks.statements`: a symptom title, a
+reproduction snippet, observed and expected behaviour); a mutant none of whose reports passes
+`statement_problems` (no changed file or function blamed, no mutated line, no test name or
+id) is not kept.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
 from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
 from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.tasks.statements import statement_problems, write_report
 
 MANIFEST_VERSION = 1
 F2P_CAP = 20
@@ -455,7 +458,7 @@ def schedule(mutations: Sequence[Mutation], seed: int) -> list[Mutation]:
 
 # -- running pytest in a sandbox -----------------------------------------------------------
 _SUMMARY = r"""
-import json, sys
+import json, re, sys
 phases, collect = {}, []
 for line in open(sys.argv[1], encoding="utf-8"):
     if not line.strip():
@@ -489,8 +492,14 @@ for nodeid, seen in phases.items():
         msg = ""
         if isinstance(lr, dict):
             crash = lr.get("reprcrash") or {}
-            msg = "@%s:%s\n%s" % (crash.get("path", ""), crash.get("lineno", 0),
-                                  crash.get("message") or "")
+            frames = []
+            for entry in (lr.get("reprtraceback") or {}).get("reprentries") or []:
+                text = "\n".join((entry.get("data") or {}).get("lines") or [])
+                frames += ["%s:%s" % f for f in re.findall(r'File "(/workspace/[^"]+)", '
+                                                           r'line (\d+)', text)]
+            msg = "@%s:%s%s\n%s" % (crash.get("path", ""), crash.get("lineno", 0),
+                                    "".join("|" + f for f in frames[:6]),
+                                    crash.get("message") or "")
         elif isinstance(lr, str):
             msg = lr
         msgs[nodeid] = msg[:1500]
@@ -571,7 +580,7 @@ class Verdict:
     canaried: int = 0
     failures: int = 0
     statement: str = ""
-    messages: tuple[str, ...] = ()  # failure messages of the first FAIL_TO_PASS tests
+    messages: tuple[str, ...] = ()  # failure messages of the FAIL_TO_PASS tests, in order
     wall: float = 0.0
 
 
@@ -705,125 +714,35 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
     if not canaried:
         return done(False, "no FAIL_TO_PASS test has a canary", flaky=tuple(flaky),
                     failures=len(failing))
-    messages = tuple(first.messages.get(i, "")[:1500] for i in f2p[:5])
+    messages = tuple(first.messages.get(i, "")[:1500] for i in f2p)
     statement = write_statement(project, mutation, messages, f2p)
+    problems = check_statement(project, mutation, statement, f2p + p2p)
+    if problems:  # a task is only as good as its report
+        return done(False, f"no statement passes the checker ({problems[0]})",
+                    flaky=tuple(flaky), failures=len(failing))
     return done(True, "kept", fail_to_pass=tuple(f2p), pass_to_pass=tuple(p2p),
                 flaky=tuple(flaky), canaried=canaried, failures=len(failing),
                 statement=statement, messages=messages)
 
 
 # -- problem statements ------------------------------------------------------------------
-_ASSERT_CMP = re.compile(r"^(?:AssertionError: )?assert (.+?) (==|!=) (.+)$")
-_UNITTEST_CMP = re.compile(r"^AssertionError: (?:(?:Lists|Tuples|Sequences|Sets|Dicts) "
-                           r"differ: )?(.+?) (!=|==) (.+?)(?: : .*)?$")
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Iteration)): ?(.*)$")
-_UNITTEST_EQ = {"assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual",
-                "assertDictEqual", "assertSequenceEqual", "assertSetEqual", "assertCountEqual"}
-
-
-def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _has_call(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) for n in ast.walk(node))
-
-
-def _observed_side(project: Project, where: str) -> int | None:
-    """0 or 1: which operand of the failing comparison at `where` (path:line) computes the
-    result (the side with a call, the other holding none); None when that is unclear."""
-    path, _, line_text = where.rpartition(":")
-    path = path.removeprefix("/workspace/")
-    text = project.tests.get(path)
-    if text is None or not line_text.isdigit():
-        return None
-    line = int(line_text)
-    try:
-        tree = pyast.parse(text)
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if not (getattr(node, "lineno", 0) <= line <= (getattr(node, "end_lineno", 0) or 0)):
-            continue
-        pair: list[ast.AST] | None = None
-        if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) \
-                and len(node.test.ops) == 1:
-            pair = [node.test.left, node.test.comparators[0]]
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _UNITTEST_EQ and len(node.args) >= 2:
-            pair = list(node.args[:2])
-        if pair is not None:
-            calls = [_has_call(n) for n in pair]
-            if calls.count(True) == 1:
-                return calls.index(True)
-            return None
-    return None
-
-
-def _evidence(project: Project, message: str) -> str | None:
-    """One sentence about what went wrong, from a failure message; None when unusable."""
-    where = ""
-    if message.startswith("@"):
-        where, _, message = message.partition("\n")
-        where = where[1:]
-    first = message.strip().splitlines()[0].strip() if message.strip() else ""
-    if not first:
-        return None
-    match = _ASSERT_CMP.match(first) or _UNITTEST_CMP.match(first)
-    if match and match.group(2) == "==" and "assert " not in first:
-        match = None  # `X == Y` from assertNotEqual: nothing to compare against
-    if match:
-        sides = (_short(match.group(1)), _short(match.group(3)))
-        if match.group(2) == "!=" and "assert " in first:
-            return f"It gives `{sides[0]}` where a different value is expected."
-        observed = _observed_side(project, where) if where else None
-        if observed is None:
-            return f"Two values that should be equal differ: `{sides[0]}` and `{sides[1]}`."
-        return f"It returns `{sides[observed]}` where `{sides[1 - observed]}` is expected."
-    if first.startswith(("assert ", "AssertionError")):
-        return None  # an assertion without a comparison tells the reader nothing useful
-    match = _EXCEPTION.match(first)
-    if match:
-        detail = f": {_short(match.group(2), 120)}" if match.group(2) else ""
-        return f"It raises `{match.group(1)}{detail}` where I expected it to work."
-    if first.startswith("Failed: DID NOT RAISE"):
-        raised = re.findall(r"'(?:[\w.]+\.)?(\w+)'", first)
-        what = f"`{raised[0]}`" if raised else "an error"
-        return f"It does not raise {what} on invalid input, the way it used to."
-    return None
-
-
-def _public_name(project: Project, mutation: Mutation) -> str:
-    module = mutation.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-    for prefix in ("src.", "lib."):
-        module = module.removeprefix(prefix)
-    return f"{module}.{mutation.function}"
-
-
 def write_statement(project: Project, mutation: Mutation, messages: Sequence[str],
                     f2p: Sequence[str]) -> str:
-    """A user's bug report: which function misbehaves, what it gave, what was expected."""
-    name = _public_name(project, mutation)
-    leaks = _forbidden(project, mutation, f2p)
-    facts: list[str] = []
-    for message in messages:
-        fact = _evidence(project, message)
-        if fact and fact not in facts and not any(x in fact for x in leaks):
-            facts.append(fact)
-        if len(facts) == 2:
-            break
-    lines = [f"`{name}` returns wrong results in {project.name} {project.version}", "",
-             f"After updating I noticed that `{name}` (in `{mutation.path}`) no longer behaves "
-             "the way its documentation and earlier releases say it should."]
-    if facts:
-        lines += ["", "What I see:", *[f"- {fact}" for fact in facts]]
-    else:
-        lines += ["", "Some calls return a different value than they should for ordinary "
-                  "inputs, and code that relies on it breaks."]
-    lines += ["", f"Expected: `{name}` behaves as documented again, and the rest of the "
-              "library keeps working as it does now."]
-    return "\n".join(lines)
+    """A user's bug report of the mutant (`opd_gym.tasks.statements`): symptom, snippet,
+    observed and expected; "" when no failing test yields one. `messages[i]` is the
+    validation run's message of `f2p[i]`."""
+    names = {part for i in f2p for part in base_id(i).split("::")[1:]}
+    return write_report(project.tests, project.name, project.version, messages, f2p, names,
+                        task_id(project.name, mutation),
+                        hide=[mutation.function.rpartition(".")[2]]) or ""
+
+
+def check_statement(project: Project, mutation: Mutation, statement: str,
+                    test_ids: Iterable[str]) -> list[str]:
+    """What keeps `statement` from being a task's statement (`statement_problems`)."""
+    original = project.workspace[mutation.path].decode("utf-8")
+    return statement_problems(statement, path=mutation.path, function=mutation.function,
+                              mutated_lines=mutation.lines(original), test_ids=test_ids)
 
 
 def _forbidden(project: Project, mutation: Mutation, test_ids: Iterable[str]) -> list[str]:
@@ -988,6 +907,9 @@ def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, 
         record = dict(row["record"])  # statements are re-written with the current writer
         record["statement"] = write_statement(project, mutation, row.get("messages", []),
                                               record["fail_to_pass"])
+        if check_statement(project, mutation, record["statement"],
+                           record["fail_to_pass"] + record["pass_to_pass"]):
+            continue  # no report passes the checker: not a task
         records.append(record)
     return records[:max_tasks]
 

@@ -22,7 +22,13 @@ from opd_gym.tasks.repo_suite import (
     sample,
 )
 from opd_gym.tasks.suite import available_suites
-from opd_gym.tasks.synth import Mutation, build_task, read_manifest, statement_leaks
+from opd_gym.tasks.synth import (
+    Mutation,
+    build_task,
+    check_statement,
+    read_manifest,
+    statement_leaks,
+)
 
 SAMPLE_PER_LIBRARY = 5
 
@@ -84,7 +90,7 @@ def test_statements_name_no_test_and_quote_no_diff(tasks):
         mutation = Mutation(**record["mutation"])
         leaks = statement_leaks(project, mutation, task.prompt, task.test_ids)
         assert leaks == [], f"{task.id}: {leaks}"
-        assert mutation.function.split(".")[-1] in task.prompt  # names what misbehaves
+        assert check_statement(project, mutation, task.prompt, task.test_ids) == [], task.id
 
 
 def test_loading_is_cached_and_fast():

@@ -16,6 +16,7 @@ from opd_gym.tasks.synth import (
     Progress,
     baseline,
     build_task,
+    check_statement,
     find_mutations,
     load_manifest,
     project_from_dir,
@@ -199,19 +200,22 @@ def test_statements_read_like_a_report_and_leak_nothing(project_dir):
     mutation = pick(mutations, "clamp", "compare", ">")
     ids = ["tests/test_minicalc.py::test_clamp_high"]
     # pytest's message for `assert 10 == clamp(50, 0, 10)` when clamp returns 50:
-    messages = ["@/workspace/tests/test_minicalc.py:9\nAssertionError: assert 10 == 50\n"
-                " +  where 50 = clamp(50, 0, 10)"]
+    messages = ["@/workspace/tests/test_minicalc.py:9|/workspace/tests/test_minicalc.py:9\n"
+                "AssertionError: assert 10 == 50\n +  where 50 = clamp(50, 0, 10)"]
     statement = write_statement(project, mutation, messages, ids)
-    assert "`minicalc.clamp`" in statement
-    assert "It returns `50` where `10` is expected." in statement  # observed = the call side
+    assert "```python\nfrom minicalc import clamp\n\nclamp(50, 0, 10)\n```" in statement
+    assert "It returns `50`" in statement.split("```")[2].splitlines()[2]  # observed: the call
+    assert "It returns `10`" in statement.split("```")[2].splitlines()[3]
+    assert check_statement(project, mutation, statement, ids) == []
     assert statement_leaks(project, mutation, statement, ids) == []
-    assert "test_clamp_high" not in statement and "if x > high" not in statement
-    # A message quoting the test's name is dropped rather than leaked.
-    bad = ["@/workspace/tests/test_minicalc.py:9\nTypeError: test_clamp_high() broke"]
+    # A message quoting the test's name keeps only the exception's type.
+    bad = ["@/workspace/tests/test_minicalc.py:9|/workspace/tests/test_minicalc.py:9\n"
+           "TypeError: test_clamp_high() broke"]
     assert "test_clamp_high" not in write_statement(project, mutation, bad, ids)
     # An exception is reported as such.
-    boom = ["@/workspace/minicalc/__init__.py:5\nTypeError: unsupported operand"]
-    assert "It raises `TypeError: unsupported operand`" in write_statement(
+    boom = ["@/workspace/minicalc/__init__.py:5|/workspace/tests/test_minicalc.py:9|"
+            "/workspace/minicalc/__init__.py:5\nTypeError: unsupported operand"]
+    assert "`TypeError: unsupported operand` is raised" in write_statement(
         project, mutation, boom, ids)
 
 
@@ -290,8 +294,10 @@ def test_validation_keeps_caught_bugs_and_drops_survivors(tmp_path, project_dir,
     assert caught.fail_to_pass == ("tests/test_minicalc.py::test_total",)
     assert set(caught.pass_to_pass) == set(base.passing) - {"tests/test_minicalc.py::test_total"}
     assert caught.canaried == 1 and caught.flaky == ()
-    assert "`minicalc.total`" in caught.statement
-    assert "It returns `-6` where `6` is expected." in caught.statement
+    assert "total([1, 2, 3])\n```" in caught.statement
+    assert "It returns `-6`" in caught.statement and "It returns `6`" in caught.statement
+    assert check_statement(project, caught.mutation, caught.statement,
+                           caught.fail_to_pass + caught.pass_to_pass) == []
     assert statement_leaks(project, caught.mutation, caught.statement,
                            caught.fail_to_pass + caught.pass_to_pass) == []
 
@@ -343,5 +349,7 @@ def test_a_bug_that_removes_a_test_id_is_judged_not_crashed(tmp_path, pool):
                if m.function == "sizes" and m.original.strip() == "2"]
     assert changed, [(m.kind, m.original, m.replacement) for m in find_mutations(project)]
     verdict = validate_mutation(project, base, changed[0], pool)
-    assert verdict.reason in ("kept", "no FAIL_TO_PASS test has a canary"), verdict
+    # A missing id has no failure to report, so no statement may be writable either.
+    assert verdict.reason.startswith(("kept", "no FAIL_TO_PASS test has a canary",
+                                      "no statement passes the checker")), verdict
     assert verdict.failures >= 1
