@@ -51,6 +51,7 @@ from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
 from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
 from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.tasks.pytest_config import read_pytest_config
 from opd_gym.tasks.statements import statement_problems, write_report
 
 MANIFEST_VERSION = 1
@@ -771,6 +772,32 @@ def task_id(project_name: str, mutation: Mutation) -> str:
     return f"{project_name}-{mutation.key}"
 
 
+WORKSPACE_INI = "pytest.ini"
+
+
+def working_copy(project: Project, text: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The agent's workspace as a real working copy: the project's own test suite beside its
+    code, so `python3 -m pytest` runs as in the project, and, when the settings pytest would
+    read there differ from the ones the tests are graded with (options of plugins this
+    environment lacks, a curated ini), those go into a root `pytest.ini` (pytest reads it
+    first), with a note for the prompt. The hidden copies of the tests are what grade: an
+    edit to a test file never counts."""
+    files = {**text, **project.tests}
+    own = read_pytest_config(files)
+    if own.source and own.ini == project.ini:
+        return files, ""
+    where = f"the settings in {own.source}" if own.source else "pytest's defaults"
+    files[WORKSPACE_INI] = (f"# The pytest settings this task is graded with; they replace "
+                            f"{where}.\n{project.ini}")
+    graded = read_pytest_config({WORKSPACE_INI: project.ini}).addopts
+    left_out = [o for o in own.addopts if o not in graded]
+    why = (f" ({shlex.join(left_out)} left out: this environment lacks those plugins)"
+           if left_out else "")
+    return files, ("\n\n(The project's test suite is in the workspace; `python3 -m pytest` "
+                   f"runs it with the settings in {WORKSPACE_INI}, the ones it is graded "
+                   f"with, which replace {where}{why}.)")
+
+
 def build_task(project: Project, record: Mapping[str, Any]) -> Task:
     """The repository task a manifest record describes, rebuilt from the project's tree."""
     mutation = Mutation(**record["mutation"])
@@ -779,10 +806,11 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
     text, dropped = project.text_files()
     original = text[mutation.path]
     text[mutation.path] = mutation.apply(original)
+    files, note = working_copy(project, text)
     return Task(
         id=record.get("id") or task_id(project.name, mutation),
-        prompt=record["statement"],
-        files=text,
+        prompt=record["statement"] + note,
+        files=files,
         tests=dict(project.tests),
         solution={mutation.path: original},
         timeout=float(record.get("timeout", 300.0)),

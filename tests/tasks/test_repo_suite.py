@@ -70,8 +70,12 @@ def test_every_task_is_the_library_with_one_replayed_bug(tasks):
         assert path == mutation.path
         assert original.encode() == project.workspace[path]
         assert task.files[path] == mutation.apply(original) != original
-        changed = [p for p, text in task.files.items() if text.encode() != project.workspace[p]]
-        assert changed == [path], task.id
+        # a working copy: the project as shipped, its suite included, plus the graded ini
+        shipped = {**project.workspace, **{p: t.encode() for p, t in project.tests.items()}}
+        changed = sorted(p for p, text in task.files.items() if text.encode() != shipped.get(p))
+        assert changed in ([path], sorted([path, "pytest.ini"])), task.id
+        if "pytest.ini" in changed:
+            assert task.files["pytest.ini"].endswith(project.ini) and "pytest.ini" in task.prompt
         assert dict(task.tests) == dict(project.tests)
         assert task.pytest_ini == project.ini
         repo = task.repo
@@ -141,15 +145,21 @@ def test_a_fixed_sample_validates_again_in_the_sandbox_image(tasks):
 
 @pytest.mark.docker
 def test_gold_and_untouched_base_through_the_env_on_every_library(tasks):
-    """One task per library played through `gym.make` in Docker: writing the original file
-    back (the gold fix) scores 1.0, submitting the untouched base 0, and the diff names the
-    file. (Real sdists hold `pkg/` beside `pkg.egg-info/`, which once broke the snapshot.)"""
+    """One task per library played through `gym.make` in Docker: the project's own suite runs
+    in the workspace with `python3 -m pytest` (failing on the bug); writing the original file
+    back (the gold fix) scores 1.0, even with a failing test edited to pass (test edits never
+    count); submitting the untouched base 0, and the diff names the file. (Real sdists hold
+    `pkg/` beside `pkg.egg-info/`, which once broke the snapshot.)"""
     import gymnasium as gym
 
     from opd_gym.sandboxes import make_pool
     from opd_gym.tools import format_tool_call
 
     submit = format_tool_call("submit", {})
+
+    def terminal(command: str) -> str:
+        return format_tool_call("terminal", {"command": command})
+
     pool = make_pool("docker", size=2)
     try:
         for task in sample(tasks, 1):
@@ -157,15 +167,25 @@ def test_gold_and_untouched_base_through_the_env_on_every_library(tasks):
             try:
                 env.reset(seed=0)
                 (path, text), = task.solution.items()
+                f2p_file = task.repo.fail_to_pass[0].split("::")[0]
+                *_, ran = env.step(terminal(f"python3 -m pytest -q -p no:cacheprovider {f2p_file}"
+                                            " 2>&1 | tail -3; echo rc=${PIPESTATUS[0]}"))
                 env.step(format_tool_call("write_file", {"path": path, "content": text}))
                 *_, gold = env.step(submit)
                 env.reset(seed=1)
+                assert f2p_file in task.files, task.id  # the suite is in the workspace
+                stub = "def test_x():\n    pass\n"  # a failing test edited to pass
+                env.step(format_tool_call("write_file", {"path": f2p_file, "content": stub}))
                 *_, base = env.step(submit)
             finally:
                 env.close()
+            output = ran["messages"][-1]["content"]
+            assert "rc=1" in output and " passed" in output, (task.id, output)  # F2P fails
             assert gold["reward_breakdown"]["correctness"] == 1.0, (task.id, gold["grade"])
             assert f"a/{path}" in gold["diff"]["text"], task.id
             assert base["reward_breakdown"]["correctness"] == 0.0, (task.id, base["grade"])
-            assert base["diff"]["text"] == "", task.id
+            changed = [line[len("+++ b/"):] for line in base["diff"]["text"].splitlines()
+                       if line.startswith("+++ b/")]
+            assert changed == [f2p_file], (task.id, changed)  # only the test, which never counts
     finally:
         pool.close()
