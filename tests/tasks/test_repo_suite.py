@@ -180,7 +180,7 @@ def test_gold_and_untouched_base_through_the_env_on_every_library(tasks):
             finally:
                 env.close()
             output = ran["messages"][-1]["content"]
-            assert "rc=1" in output and " passed" in output, (task.id, output)  # F2P fails
+            assert "rc=1" in output and " failed" in output, (task.id, output)  # F2P fails
             assert gold["reward_breakdown"]["correctness"] == 1.0, (task.id, gold["grade"])
             assert f"a/{path}" in gold["diff"]["text"], task.id
             assert base["reward_breakdown"]["correctness"] == 0.0, (task.id, base["grade"])
@@ -189,3 +189,34 @@ def test_gold_and_untouched_base_through_the_env_on_every_library(tasks):
             assert changed == [f2p_file], (task.id, changed)  # only the test, which never counts
     finally:
         pool.close()
+
+
+@pytest.mark.docker
+def test_a_fix_that_breaks_a_passing_test_elsewhere_scores_below_one(tasks):
+    """Every passing test guards (issue 30, point 2): the reference fix of a parse bug plus a
+    break elsewhere in the same file (`int_convert(16)` made `int_convert(10)`, so
+    `parse('{:x}', 'ff')` raises) fails a PASS_TO_PASS test, so it scores below 1.0; the
+    reference fix alone scores 1.0."""
+    from opd_gym.grading import Grader
+    from opd_gym.sandboxes import make_pool
+
+    path = "parse/__init__.py"
+    line = "conv[group] = int_convert(16)"
+    task = next(t for t in tasks if t.repo.name == "parse" and line in t.solution.get(path, "")
+                and line in t.files[path])  # the bug is elsewhere: the line is intact
+    gold = task.solution[path]
+    assert gold.count(line) == 1
+    broken = gold.replace(line, "conv[group] = int_convert(10)")
+    files = {p: t.encode() for p, t in task.files.items()}
+    pool = make_pool("docker", size=2)
+    try:
+        grader = Grader(pool)
+        fixed = grader.grade(task, {**files, path: gold.encode()})
+        regressed = grader.grade(task, {**files, path: broken.encode()})
+    finally:
+        pool.close()
+    assert fixed.score == 1.0, fixed.reason
+    assert regressed.score < 1.0, regressed.reason
+    failing = {t.name for t in regressed.tests if t.outcome != "passed"}
+    assert failing & set(task.repo.pass_to_pass), sorted(failing)[:5]
+    assert not failing & set(task.repo.fail_to_pass)
