@@ -41,6 +41,7 @@ _LAZY = {
     "EpisodeRow": "opd_gym.runs",
     "RunDirectory": "opd_gym.runs",
     "RecordingProxy": "opd_gym.proxy.server",  # the recording model proxy (opd_gym.proxy)
+    "MiniSweAgentRunner": "opd_gym.harness",  # mini-swe-agent through the proxy (harness)
     **{n: "opd_gym.serve" for n in ("ServeConfig", "ServerThread")},  # the serve extra
 }
 

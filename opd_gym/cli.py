@@ -267,6 +267,25 @@ def _opd_and_policy(args: argparse.Namespace, tasks: Any) -> tuple[Any, Any]:
     return opd, make_agent
 
 
+def _harness_agent(args: argparse.Namespace, make_agent: Any) -> Any:
+    """With `--harness`: the harness's agent factory (its model calls go through a recording
+    proxy to the `--policy vllm:URL` server); otherwise `make_agent` unchanged."""
+    if not getattr(args, "harness", None):
+        return make_agent
+    from opd_gym.harness.loading import load_minisweagent
+    from opd_gym.harness.minisweagent import MiniSweAgentConfig
+    from opd_gym.harness.policy import HarnessFactory
+
+    if not args.policy.startswith("vllm:"):
+        raise ConfigError(f"--harness {args.harness} needs --policy vllm:URL (the model server "
+                          f"the proxy records from), not {args.policy!r}")
+    load_minisweagent()  # a missing install is refused before the run folder exists
+    upstream = args.policy[len("vllm:"):].rstrip("/").removesuffix("/v1")
+    return HarnessFactory(upstream, MiniSweAgentConfig(
+        step_limit=args.max_turns, max_tokens=args.max_new_tokens,
+        temperature=1.0 if args.temperature is None else args.temperature, seed=args.seed))
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
     from opd_gym import specs
     from opd_gym.loggers import make_logger
@@ -294,6 +313,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     opd, make_agent = _opd_and_policy(args, tasks)
+    make_agent = _harness_agent(args, make_agent)
     tool_format = _tool_format_name(args.tool_format or "hermes", args.policy)
     if tool_format != "hermes":
         print(f"opd-gym rollout: tool-call format {tool_format}", file=sys.stderr)
@@ -875,6 +895,9 @@ def build_parser() -> argparse.ArgumentParser:
     _setup_cache_flag(roll)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
+    roll.add_argument("--harness", choices=["mini-swe-agent"],
+                      help="an agent harness plays, its model calls recorded by the proxy in front "
+                      "of the --policy vllm:URL server (docs/harness.md)")
     roll.add_argument(
         "--teacher", default="auto",
         help=f"{specs.known('teacher')} (auto: smollm2 when it can be fetched, else tiny)",

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${OPD_GYM_VENV:-.venv}
-EXTRAS=${OPD_GYM_EXTRAS:-test,hf,llm,datasets,vllm,sb3,ray,trl,serve}
+EXTRAS=${OPD_GYM_EXTRAS:-test,hf,llm,datasets,vllm,sb3,ray,trl,serve,harness}
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -48,6 +48,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install -q --upgrade pip >/dev/null
   "$VENV/bin/pip" install -q -e ".[$EXTRAS]"
   case ",$EXTRAS," in *,serve,*) "$VENV/bin/pip" install -q --no-deps "openenv-core==0.3.0";; esac  # its gradio pin would downgrade pillow
+  case ",$EXTRAS," in *,harness,*) "$VENV/bin/pip" install -q --no-deps "mini-swe-agent==2.4.6" "litellm==1.110.2";; esac  # litellm's boto3 would downgrade python-dateutil
   echo "$want" > "$stamp"
 else
   log "$VENV already has opd_gym[$EXTRAS]"
