@@ -6,9 +6,12 @@ time per tried mutation (1 full suite run + 2 runs of the scored tests, in the s
 per library, the statements that pass `statement_problems`, the kind of behaviour they report
 (a wrong value, an exception, a missing exception, other) and how many snippets call the
 changed function itself (allowed there, never in prose: opd_gym/tasks/statements.py).
-With `--grade N`: for N tasks per library, `Grader.grade` of the gold fix against plain
-`python3 -m pytest` on the same test ids in a sandbox of the same image (files placed first),
-both timed as the whole call. With `--env N`: per library, an environment image built from
+Then the mix of mutation kinds per library (issue 30, point 4: the greppable share, kinds
+`GREPPABLE`, stays under 15%) and the recorded difficulty (lines changed, FAIL_TO_PASS count,
+tests failing on the mutant). With `--grade N`: for N tasks per library, `Grader.grade` of the
+gold fix against plain `python3 -m pytest` on the same test ids (PASS_TO_PASS is every passing
+test) and on the whole suite with no ids, in a sandbox of the same image (files placed
+first), each timed as the whole call. With `--env N`: per library, an environment image built from
 scratch (one setup step unpacking the library's sdist from the setup cache into the image,
 the shape of a dependency install), its build time and the disk it adds; then, through
 `CodingEnv` on N tasks, the first reset of a task in that image (its pool and workspace cold)
@@ -28,7 +31,14 @@ from collections import Counter, defaultdict
 from opd_gym.tasks.libraries import sdist_cache
 from opd_gym.tasks.repo_suite import _progress_path, load_repo_suite, manifest_path, sample
 from opd_gym.tasks.statements import calls_changed_function
-from opd_gym.tasks.synth import Mutation, check_statement, read_manifest, run_suite
+from opd_gym.tasks.synth import (
+    GREPPABLE,
+    Mutation,
+    check_statement,
+    kind_group,
+    read_manifest,
+    run_suite,
+)
 
 
 def yield_table() -> None:
@@ -56,6 +66,30 @@ def yield_table() -> None:
               f"{share:>6} {f2p:>9.1f} {p2p:>9.1f} {wall:>11.1f}  "
               f"{', '.join(f'{k}: {v}' for k, v in why.most_common()) or '-'}")
     print(f"suite: {len(data['tasks'])} tasks")
+
+
+def kinds_table() -> None:
+    """Per library: tasks per kind, the greppable share and the recorded difficulty."""
+    data = read_manifest(manifest_path())
+    by_lib: dict[str, list[dict]] = defaultdict(list)
+    for record in data["tasks"]:
+        by_lib[record["project"]].append(record)
+    everyone = [r for records in by_lib.values() for r in records]
+    print(f"{'library':<15} {'tasks':>5} {'grep%':>6} {'lines':>6} {'F2P':>5} {'failing':>8} "
+          f"{'valid s':>8}  kinds")
+    for name, records in sorted(by_lib.items()) + [("all", everyone)]:
+        kinds = Counter(kind_group(r["mutation"]["kind"]) for r in records)
+        grep = sum(kinds[k] for k in GREPPABLE) / len(records)
+        diff = [r.get("difficulty") or {} for r in records]
+        lines = statistics.mean(d.get("lines_changed") or Mutation(**r["mutation"]).lines_changed
+                                for d, r in zip(diff, records, strict=True))
+        f2p = statistics.mean(len(r["fail_to_pass"]) for r in records)
+        failing = statistics.mean(d.get("tests_failing", r.get("failures", 0))
+                                  for d, r in zip(diff, records, strict=True))
+        wall = data["projects"].get(name, {}).get("validation_s", "")
+        print(f"{name:<15} {len(records):>5} {grep:>6.0%} {lines:>6.1f} {f2p:>5.1f} "
+              f"{failing:>8.1f} {wall!s:>8}  "
+              f"{', '.join(f'{k}: {v}' for k, v in kinds.most_common())}")
 
 
 def statement_table() -> None:
@@ -92,7 +126,8 @@ def grading_table(per_library: int) -> None:
     tasks = sample(load_repo_suite(), per_library)
     pool = make_pool("docker", size=2)
     grader = Grader(pool)
-    print(f"{'task':<28} {'grade s':>8} {'plain s':>8} {'ratio':>6}  verdict")
+    print(f"{'task':<28} {'ids':>5} {'grade s':>8} {'plain s':>8} {'full s':>7} {'ratio':>6}"
+          "  verdict")
     try:
         for task in tasks:
             fixed = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
@@ -107,13 +142,16 @@ def grading_table(per_library: int) -> None:
                 started = time.perf_counter()
                 plain = run_suite(sandbox, list(task.test_ids or ()))
                 plain_s = time.perf_counter() - started
+                started = time.perf_counter()
+                run_suite(sandbox)  # the whole suite, no ids: what a user would run
+                full_s = time.perf_counter() - started
             finally:
                 pool.release(sandbox)
             passed = sum(o == "passed" for o in plain.outcomes.values())
             verdict = f"score={report.score:.2f} plain passed {passed}/" \
                       f"{len(task.test_ids or ())} {report.reason[:60]}"
-            print(f"{task.id:<28} {graded:>8.2f} {plain_s:>8.2f} {graded / plain_s:>6.2f}  "
-                  f"{verdict}")
+            print(f"{task.id:<28} {len(task.test_ids or ()):>5} {graded:>8.2f} {plain_s:>8.2f} "
+                  f"{full_s:>7.2f} {graded / full_s:>6.2f}  {verdict}")
     finally:
         pool.close()
 
@@ -170,6 +208,7 @@ def main() -> int:
                         help="tasks per library to reset in an environment image of their own")
     args = parser.parse_args()
     yield_table()
+    kinds_table()
     statement_table()
     if args.grade:
         grading_table(args.grade)

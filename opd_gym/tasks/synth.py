@@ -10,17 +10,27 @@ span no longer holds the original text).
 Validation runs plain pytest (the sandbox image's pytest, outcomes from pytest-reportlog) in
 a sandbox from `opd_gym.sandboxes.make_pool`. The original tree runs 3 times: ids that do not
 pass all 3 times are never scored. A mutant is kept only if (a) its first full run fails at
-least one id that passes on the original (FAIL_TO_PASS), (b) two more runs of the scored
-tests' files give the same per-test outcomes (an id that changes is flaky: dropped, never
-scored), and (c) at least one FAIL_TO_PASS test has a canary candidate
+least one id that passes on the original (FAIL_TO_PASS), (b) two more runs of the
+FAIL_TO_PASS ids fail them again (an id that changes is flaky: dropped, never scored), and
+(c) at least one FAIL_TO_PASS test has a canary candidate
 (`opd_gym.grading.canary.make_canaries`): a task none of whose tests has a canary cannot earn.
 Mutants that break collection, time out, or leave nothing failing are discarded, with the
 reason recorded in the progress file.
 
-Caps, so grading stays fast: FAIL_TO_PASS holds at most `F2P_CAP` ids (canaried first);
-PASS_TO_PASS holds at most `P2P_LOCAL` passing ids from the test files of FAIL_TO_PASS plus at
-most `P2P_SAMPLE` from the other files (a seeded sample). Failing ids beyond the cap are not
-scored at all (neither list).
+The test split, as in SWE-bench: PASS_TO_PASS is every id that passes on the original tree
+in all its runs and on the mutant in all of its, less the ids validation found flaky, so every
+passing test guards against a fix that breaks something else. FAIL_TO_PASS holds at most
+`F2P_CAP` of the failing ids (canaried first, so grading stays bounded); failing ids beyond
+the cap are scored in neither list. Each kept record states its difficulty: the lines the
+change touches, its FAIL_TO_PASS count and how many tests failed on the mutant.
+
+Kinds of change (`Mutation.kind`): besides the single-token ones above, `boundary` (`<` and
+`<=`, `>` and `>=` exchanged; a slice bound one off), `wrong_variable` (a local's use
+replaced by another local in use there), `wrong_default` (a parameter's default changed),
+`swap_branch` (if/else bodies, or a conditional expression's two values, exchanged),
+`missing_case` (an elif, or one of several guards of a block, deleted) and
+`coordinated:<a>+<b>` (two edits of one function on different lines). The greppable kinds
+(`GREPPABLE`: `return None`, a stray `pass`, a bare `not (...)`) are scheduled last.
 
 Problem statements are written like a user's bug report from the FAIL_TO_PASS tests' own
 source and the failures of the validation run (`opd_gym.tasks.statements`: a symptom title, a
@@ -32,6 +42,7 @@ id) is not kept.
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import json
 import random
@@ -42,7 +53,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -56,8 +67,6 @@ from opd_gym.tasks.statements import statement_problems, write_report
 
 MANIFEST_VERSION = 1
 F2P_CAP = 20
-P2P_LOCAL = 60
-P2P_SAMPLE = 20
 STABILITY_RUNS = 3
 CANARY_SEED = 0
 RUN_TIMEOUT = 300.0
@@ -214,10 +223,18 @@ def project_from_source(source: Mapping[str, str]) -> Project:
 
 
 # -- mutations ----------------------------------------------------------------------------
+Span = tuple[int, int, int, int, str, str]  # line, col, end_line, end_col, original, new
+
+
 @dataclass(frozen=True)
 class Mutation:
     """One change: bytes from (line, col) to (end_line, end_col) of `path` (ast positions:
-    1-based lines, UTF-8 byte columns) hold `original` and become `replacement`."""
+    1-based lines, UTF-8 byte columns) hold `original` and become `replacement`.
+
+    `more` holds the further spans of a coordinated mutation (two edits in one function,
+    kind `coordinated:<kind>+<kind>`), each (line, col, end_line, end_col, original,
+    replacement) in the same file, apart from the first; a one-span mutation has none, and
+    its key and JSON are what they were before `more` existed."""
 
     path: str
     function: str  # qualified name of the enclosing function, e.g. "Cls.method"
@@ -228,32 +245,74 @@ class Mutation:
     end_col: int
     original: str
     replacement: str
+    more: tuple[Span, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Spans read back from JSON (lists) become tuples, so a replayed mutation is equal."""
+        object.__setattr__(self, "more", tuple(tuple(s) for s in self.more))
 
     @property
     def key(self) -> str:
         """A short stable id of the mutation (its identity in manifests and task ids)."""
-        raw = json.dumps(asdict(self), sort_keys=True).encode()
+        raw = json.dumps(self.record(), sort_keys=True).encode()
         return hashlib.sha256(raw).hexdigest()[:10]
 
+    def record(self) -> dict[str, Any]:
+        """The manifest's JSON of the mutation (`more` only where there is more than one span)."""
+        data = asdict(self)
+        if not self.more:
+            del data["more"]
+        else:
+            data["more"] = [list(s) for s in self.more]
+        return data
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of the edits (two for a coordinated mutation, else its own kind)."""
+        group, _, parts = self.kind.partition(":")
+        return tuple(parts.split("+")) if group == "coordinated" and parts else (self.kind,)
+
+    def spans(self) -> list[Span]:
+        """Every span of the change, the first one first."""
+        return [(self.line, self.col, self.end_line, self.end_col, self.original,
+                 self.replacement), *self.more]
+
     def apply(self, text: str) -> str:
-        """`text` with the mutation applied; DatasetError if the span does not hold `original`."""
+        """`text` with the mutation applied; DatasetError if a span does not hold its original."""
         data = text.encode("utf-8")
         starts = _line_starts(data)
-        if self.end_line > len(starts):
-            raise DatasetError(f"{self.path}: mutation {self.key} lies past the end of the file")
-        start = starts[self.line - 1] + self.col
-        end = starts[self.end_line - 1] + self.end_col
-        if data[start:end].decode("utf-8", "replace") != self.original:
-            raise DatasetError(f"{self.path}: mutation {self.key} does not match the file "
-                               f"(expected {self.original!r} at line {self.line})")
-        return (data[:start] + self.replacement.encode("utf-8") + data[end:]).decode("utf-8")
+        cuts: list[tuple[int, int, str]] = []
+        for line, col, end_line, end_col, original, replacement in self.spans():
+            if end_line > len(starts):
+                raise DatasetError(f"{self.path}: mutation {self.key} lies past the end of "
+                                   "the file")
+            start, end = starts[line - 1] + col, starts[end_line - 1] + end_col
+            if data[start:end].decode("utf-8", "replace") != original:
+                raise DatasetError(f"{self.path}: mutation {self.key} does not match the file "
+                                   f"(expected {original!r} at line {line})")
+            cuts.append((start, end, replacement))
+        cuts.sort()
+        if any(a[1] > b[0] for a, b in zip(cuts, cuts[1:], strict=False)):
+            raise DatasetError(f"{self.path}: mutation {self.key} has overlapping spans")
+        for start, end, replacement in reversed(cuts):
+            data = data[:start] + replacement.encode("utf-8") + data[end:]
+        return data.decode("utf-8")
 
     def lines(self, text: str) -> tuple[str, str]:
         """The whole mutated line(s) before and after, stripped (what a statement must hide)."""
-        before = text.splitlines()[self.line - 1:self.end_line]
-        delta = self.replacement.count("\n") - self.original.count("\n")
-        after = self.apply(text).splitlines()[self.line - 1:self.end_line + delta]
+        spans = self.spans()
+        first = min(s[0] for s in spans)
+        last = max(s[2] for s in spans)
+        before = text.splitlines()[first - 1:last]
+        delta = sum(s[5].count("\n") - s[4].count("\n") for s in spans)
+        after = self.apply(text).splitlines()[first - 1:last + delta]
         return "\n".join(s.strip() for s in before), "\n".join(s.strip() for s in after)
+
+    @property
+    def lines_changed(self) -> int:
+        """Source lines the change touches (each span's original lines, summed; a span that
+        ends at column 0 of a line, a deletion of whole lines, does not touch that line)."""
+        return sum(s[2] - s[0] + (s[3] > 0 or s[2] == s[0]) for s in self.spans())
 
 
 def _line_starts(data: bytes) -> list[int]:
@@ -271,6 +330,21 @@ _CMPOPS = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="),
            ast.GtE: (">=", ">"), ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="),
            ast.Is: ("is", "is not"), ast.IsNot: ("is not", "is"), ast.In: ("in", "not in"),
            ast.NotIn: ("not in", "in")}
+
+
+# Kinds a reader finds by grepping for their footprint (`return None`, a stray `pass`, a bare
+# `not (...)`): the schedule tries them only after every other kind (issue 30, point 4).
+GREPPABLE = frozenset({"return_value", "remove_branch", "remove_call", "negate"})
+# Edits that can make up a coordinated (two-edit) mutation of one function.
+_PAIRABLE = frozenset({"boundary", "compare", "binop", "off_by_one", "wrong_variable",
+                       "swap_args", "boolop"})
+PAIRS_PER_FUNCTION = 3
+_SIMPLE = (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)
+
+
+def kind_group(kind: str) -> str:
+    """The kind a mix is counted by (`coordinated:a+b` counts as `coordinated`)."""
+    return kind.partition(":")[0]
 
 
 class _Finder:
@@ -295,6 +369,25 @@ class _Finder:
         if original != replacement:
             self.found.append(Mutation(self.path, function, kind, start[0], start[1], end[0],
                                        end[1], original, replacement))
+
+    def at(self, offset: int) -> tuple[int, int]:
+        """The (line, byte column) of a byte offset."""
+        line = bisect.bisect_right(self.starts, offset)
+        return line, offset - self.starts[line - 1]
+
+    def start(self, node: ast.AST) -> int:
+        return self.off(node.lineno, node.col_offset)
+
+    def end(self, node: ast.AST) -> int:
+        return self.off(node.end_lineno, node.end_col_offset)
+
+    def span(self, function: str, kind: str, start: int, end: int, replacement: str) -> None:
+        """`add` by byte offsets."""
+        self.add(function, kind, self.at(start), self.at(end), replacement)
+
+    def own_line(self, node: ast.AST) -> bool:
+        """Whether only indentation precedes the node on its first line."""
+        return not self.data[self.starts[node.lineno - 1]:self.start(node)].strip()
 
     def between(self, function: str, kind: str, left: ast.AST, right: ast.AST, old: str,
                 new: str) -> None:
@@ -321,9 +414,132 @@ class _Finder:
         body = fn.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
             body = body[1:]  # the docstring is not code
+        first = len(self.found)
+        self.block(body, qual)
         for stmt in body:
             for node in ast.walk(stmt):
                 self.node(node, qual)
+                for block in _blocks(node):
+                    self.block(block, qual)
+        self.defaults(fn, qual)
+        self.variables(fn, body, qual)
+        self.pairs(self.found[first:], qual)
+
+    def defaults(self, fn: Any, q: str) -> None:
+        """wrong_default: a parameter's constant default changed to another plausible value."""
+        for node in [*fn.args.defaults, *(d for d in fn.args.kw_defaults if d is not None)]:
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
+                    and isinstance(node.operand, ast.Constant) \
+                    and type(node.operand.value) is int:
+                news = [str(1 - node.operand.value)]
+            elif not isinstance(node, ast.Constant):
+                continue
+            elif type(node.value) is bool:
+                news = [str(not node.value)]
+            elif type(node.value) is int:
+                news = [str(node.value + 1)] + ([str(node.value - 1)] if node.value > 0 else [])
+            elif type(node.value) is float:
+                news = ["0.0" if node.value else "1.0"]
+            elif type(node.value) is str:
+                news = ['""' if node.value else '" "']
+            else:
+                continue
+            for new in news:
+                self.add(q, "wrong_default", (node.lineno, node.col_offset),
+                         (node.end_lineno, node.end_col_offset), new)
+
+    def variables(self, fn: Any, body: Sequence[ast.stmt], q: str) -> None:
+        """wrong_variable: a local's use replaced by another local of the function, one bound
+        before that line and itself used (a parameter is bound from the start)."""
+        args = fn.args
+        bound: dict[str, int] = {a.arg: fn.lineno for a in
+                                 [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                  *([args.vararg] if args.vararg else []),
+                                  *([args.kwarg] if args.kwarg else [])]}
+        loads: list[ast.Name] = []
+        for node in _own_scope(body):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Store):
+                    bound[node.id] = min(bound.get(node.id, node.lineno), node.lineno)
+                elif isinstance(node.ctx, ast.Load):
+                    loads.append(node)
+        used = {n.id for n in loads}
+        names = sorted(n for n in bound if n in used and n not in ("self", "cls"))
+        for node in loads:
+            if node.id not in names:
+                continue
+            others = [n for n in names if n != node.id and bound[n] < node.lineno]
+            if others:
+                rng = random.Random(f"{self.path}:{q}:{node.lineno}:{node.col_offset}")
+                self.add(q, "wrong_variable", (node.lineno, node.col_offset),
+                         (node.end_lineno, node.end_col_offset), rng.choice(others))
+
+    def block(self, block: Sequence[ast.stmt], q: str) -> None:
+        """missing_case: one guard of several (`if ...:` with no else) in a block deleted
+        outright, lines and all."""
+        guards = [s for s in block if isinstance(s, ast.If) and not s.orelse]
+        if len(guards) < 2 or len(block) < 2:
+            return
+        for stmt in guards:
+            if not self.own_line(stmt) or stmt.end_lineno >= len(self.starts):
+                continue
+            tail = self.data[self.end(stmt):self.starts[stmt.end_lineno]]
+            if tail.strip() and not tail.strip().startswith(b"#"):
+                continue  # something else follows on the last line
+            self.span(q, "missing_case", self.starts[stmt.lineno - 1],
+                      self.starts[stmt.end_lineno], "")
+
+    def branches(self, node: ast.If, q: str) -> None:
+        """swap_branch (if/else bodies exchanged) and missing_case (an elif removed)."""
+        orelse = node.orelse
+        if not orelse:
+            return
+        body_end = self.end(node.body[-1])
+        if len(orelse) == 1 and isinstance(orelse[0], ast.If) \
+                and self.data[self.start(orelse[0]):].startswith(b"elif"):
+            elif_ = orelse[0]
+            rest = elif_.orelse
+            if not rest:  # the last elif: from the end of the branch before to its end
+                self.span(q, "missing_case", body_end, self.end(elif_), "")
+            elif len(rest) == 1 and isinstance(rest[0], ast.If) \
+                    and self.data[self.start(rest[0]):].startswith(b"elif"):
+                self.span(q, "missing_case", self.start(elif_), self.start(rest[0]), "")
+            else:
+                gap = self.data[self.end(elif_.body[-1]):self.start(rest[0])]
+                found = re.search(rb"\belse\s*:", gap)
+                if found and b"#" not in gap:
+                    self.span(q, "missing_case", self.start(elif_),
+                              self.end(elif_.body[-1]) + found.start(), "")
+            return
+        first, last = node.body[0], orelse[0]
+        gap = self.data[body_end:self.start(last)]
+        if b"#" in gap or not re.fullmatch(rb"\s*else\s*:\s*", gap):
+            return
+        if self.own_line(first) != self.own_line(last) or \
+                (self.own_line(first) and first.col_offset != last.col_offset):
+            return
+        then = self.data[self.start(first):body_end].decode("utf-8")
+        other = self.data[self.start(last):self.end(orelse[-1])].decode("utf-8")
+        if then != other:
+            self.span(q, "swap_branch", self.start(first), self.end(orelse[-1]),
+                      other + gap.decode("utf-8") + then)
+
+    def pairs(self, found: Sequence[Mutation], q: str) -> None:
+        """coordinated: two single edits of one function made together (a seeded few)."""
+        single = [m for m in found if m.kind in _PAIRABLE and not m.more]
+        rng = random.Random(f"{self.path}:{q}:pairs")
+        tried: set[tuple[str, str]] = set()
+        for _ in range(8 * PAIRS_PER_FUNCTION):
+            if len(single) < 2 or len(tried) >= PAIRS_PER_FUNCTION:
+                return
+            a, b = sorted(rng.sample(single, 2), key=lambda m: (m.line, m.col))
+            if (a.end_line, a.end_col) > (b.line, b.col) or a.line == b.line:
+                continue  # overlapping, or one line: no more than one edit to find
+            if (a.key, b.key) in tried:
+                continue
+            tried.add((a.key, b.key))
+            self.found.append(replace(a, kind=f"coordinated:{a.kind}+{b.kind}",
+                                      more=(b.spans()[0],)))
 
     def node(self, node: ast.AST, q: str) -> None:
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -332,7 +548,9 @@ class _Finder:
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
                 and type(node.ops[0]) in _CMPOPS:
             old, new = _CMPOPS[type(node.ops[0])]
-            self.between(q, "compare", node.left, node.comparators[0], old, new)
+            kind = "boundary" if isinstance(node.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE) \
+                else "compare"
+            self.between(q, kind, node.left, node.comparators[0], old, new)
         elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
             old, new = ("and", "or") if isinstance(node.op, ast.And) else ("or", "and")
             self.between(q, "boolop", node.values[0], node.values[1], old, new)
@@ -350,6 +568,14 @@ class _Finder:
             if isinstance(node, ast.If) and not node.orelse and len(node.body) == 1:
                 self.add(q, "remove_branch", (node.lineno, node.col_offset),
                          (node.end_lineno, node.end_col_offset), "pass")
+            if isinstance(node, ast.If):
+                self.branches(node, q)
+            elif isinstance(node, ast.IfExp) and "\n" not in self.seg(node):
+                then, other = self.seg(node.body), self.seg(node.orelse)
+                gap = self.data[self.end(node.body):self.start(node.orelse)].decode("utf-8")
+                if then != other:
+                    self.span(q, "swap_branch", self.start(node.body), self.end(node.orelse),
+                              other + gap + then)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             self.add(q, "remove_call", (node.lineno, node.col_offset),
                      (node.end_lineno, node.end_col_offset), "pass")
@@ -368,6 +594,16 @@ class _Finder:
             value = node.value
             self.add(q, "return_value", (value.lineno, value.col_offset),
                      (value.end_lineno, value.end_col_offset), "None")
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+            for bound in (node.slice.lower, node.slice.upper):
+                if bound is None or isinstance(bound, ast.Constant | ast.UnaryOp) \
+                        or "\n" in self.seg(bound):
+                    continue  # a constant bound is off_by_one's
+                text = self.seg(bound)
+                text = text if isinstance(bound, _SIMPLE) else f"({text})"
+                for delta in ("+ 1", "- 1"):
+                    self.add(q, "boundary", (bound.lineno, bound.col_offset),
+                             (bound.end_lineno, bound.end_col_offset), f"{text} {delta}")
         if isinstance(node, ast.Call):
             args = node.args
             if len(args) >= 2 and not any(isinstance(a, ast.Starred) for a in args[:2]):
@@ -383,6 +619,28 @@ class _Finder:
                 bound = args[-1] if len(args) <= 2 else args[1]
                 self.add(q, "range_bound", (bound.lineno, bound.col_offset),
                          (bound.end_lineno, bound.end_col_offset), f"{self.seg(bound)} - 1")
+
+
+def _blocks(node: ast.AST) -> list[list[ast.stmt]]:
+    """The statement lists a node holds (a body, an else, a handler's, a case's)."""
+    out = [getattr(node, f) for f in ("body", "orelse", "finalbody")
+           if isinstance(getattr(node, f, None), list)]
+    out += [h.body for h in getattr(node, "handlers", [])]
+    out += [c.body for c in getattr(node, "cases", [])]
+    return [b for b in out if b and isinstance(b[0], ast.stmt)]
+
+
+def _own_scope(body: Sequence[ast.stmt]) -> Iterable[ast.AST]:
+    """The nodes of a function's body outside nested functions, classes, lambdas and
+    comprehensions (whose names are not the function's locals)."""
+    stack: list[ast.AST] = list(reversed(body))
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+              ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, nested):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def _identifiers(sources: Iterable[str]) -> set[str]:
@@ -427,10 +685,20 @@ def find_mutations(project: Project) -> list[Mutation]:
             continue
         finder = _Finder(path, text, wanted)
         finder.visit_module(tree)
+        lines = text.splitlines(keepends=True)
+        alone: dict[int, str] = {}  # per top-level statement: the file with only its lines
         for mutation in finder.found:
+            top = next((n for n in tree.body if n.lineno <= mutation.line <= n.end_lineno),
+                       None)
+            if top is None:
+                continue
+            if top.lineno not in alone:  # blank elsewhere: line numbers hold, parsing is fast
+                alone[top.lineno] = "".join(
+                    line if top.lineno <= number <= top.end_lineno else "\n"
+                    for number, line in enumerate(lines, 1))
             try:
-                pyast.parse(mutation.apply(text))
-            except (SyntaxError, ValueError):
+                pyast.parse(mutation.apply(alone[top.lineno]))
+            except (SyntaxError, ValueError, DatasetError):
                 continue
             found.append(mutation)
     unique = {m.key: m for m in found}
@@ -438,14 +706,32 @@ def find_mutations(project: Project) -> list[Mutation]:
 
 
 def schedule(mutations: Sequence[Mutation], seed: int) -> list[Mutation]:
-    """A seeded order that visits every function once before any function twice."""
+    """A seeded order: every kind but the greppable ones first (`GREPPABLE`, tried only after
+    all others), and within each part every function once before any function twice, the
+    kinds of one function taken in turn (so one kind with many candidates cannot crowd out
+    the others)."""
     rng = random.Random(seed)
+    subtle = [m for m in mutations if m.kind not in GREPPABLE]
+    plain = [m for m in mutations if m.kind in GREPPABLE]
+    return _layers(subtle, rng) + _layers(plain, rng)
+
+
+def _layers(mutations: Sequence[Mutation], rng: random.Random) -> list[Mutation]:
+    """`mutations` function by function in layers, each function's kinds in turn."""
     by_function: dict[tuple[str, str], list[Mutation]] = {}
     for mutation in mutations:
         by_function.setdefault((mutation.path, mutation.function), []).append(mutation)
-    groups = [by_function[k] for k in sorted(by_function)]
-    for group in groups:
-        rng.shuffle(group)
+    groups = []
+    for key in sorted(by_function):
+        by_kind: dict[str, list[Mutation]] = {}
+        for mutation in by_function[key]:
+            by_kind.setdefault(kind_group(mutation.kind), []).append(mutation)
+        buckets = [by_kind[k] for k in sorted(by_kind)]
+        for bucket in buckets:
+            rng.shuffle(bucket)
+        rng.shuffle(buckets)
+        groups.append([b[i] for i in range(max(map(len, buckets))) for b in buckets
+                       if i < len(b)])
     rng.shuffle(groups)
     order: list[Mutation] = []
     depth = 0
@@ -619,24 +905,13 @@ def baseline(project: Project, pool: Any, runs: int = STABILITY_RUNS) -> Baselin
                     max(r.wall for r in results))
 
 
-def _path_of(node_id: str) -> str:
-    return node_id.split("::", 1)[0]
-
-
 def split_tests(failing: Sequence[str], passing: Sequence[str], canaried: frozenset[str],
-                seed: int) -> tuple[list[str], list[str]]:
-    """(FAIL_TO_PASS, PASS_TO_PASS) under the caps the module docstring states."""
+                seed: int = 0) -> tuple[list[str], list[str]]:
+    """(FAIL_TO_PASS, PASS_TO_PASS): at most `F2P_CAP` failing ids, canaried first, and every
+    id still passing (the module docstring); `seed` is kept for callers, nothing is sampled."""
     ordered = sorted(failing, key=lambda i: (base_id(i) not in canaried, i))
-    f2p = ordered[:F2P_CAP]
-    files = {_path_of(i) for i in f2p}
-    local = sorted(i for i in passing if _path_of(i) in files)
-    other = sorted(i for i in passing if _path_of(i) not in files)
-    rng = random.Random(seed)
-    if len(local) > P2P_LOCAL:
-        local = sorted(rng.sample(local, P2P_LOCAL))
-    if len(other) > P2P_SAMPLE:
-        other = sorted(rng.sample(other, P2P_SAMPLE))
-    return f2p, sorted(local + other)
+    failed = set(failing)
+    return ordered[:F2P_CAP], sorted(i for i in passing if i not in failed)
 
 
 class Bench:
@@ -666,7 +941,7 @@ class Bench:
 
 def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool: Any,
                       seed: int = 0, bench: Bench | None = None) -> Verdict:
-    """Run the mutant's whole suite once and its scored tests twice more, and decide."""
+    """Run the mutant's whole suite once and its FAIL_TO_PASS tests twice more, and decide."""
     started = time.perf_counter()
     original = project.workspace[mutation.path]
     mutant = mutation.apply(original.decode("utf-8")).encode("utf-8")
@@ -693,8 +968,9 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
                 return done(False, "no test fails")
             still = sorted(i for i in passing if first.outcomes.get(i) == "passed")
             f2p, p2p = split_tests(failing, still, base.canaried, seed)
-            scored = f2p + p2p
-            reruns = [run_suite(sandbox, scored, timeout=base.timeout)
+            # The original passed every PASS_TO_PASS id in all its runs (the baseline): only
+            # the FAIL_TO_PASS ids run again, to see that the mutant fails them every time.
+            reruns = [run_suite(sandbox, f2p, timeout=base.timeout)
                       for _ in range(STABILITY_RUNS - 1)]
         finally:
             if bench.sandbox is not None:
@@ -704,9 +980,9 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
             bench.close()
     if any(r.timed_out or r.collect_errors for r in reruns):
         return done(False, "unstable (a rerun timed out or broke collection)")
-    flaky = sorted(i for i in scored if any(r.outcomes.get(i, "missing")
-                                            != first.outcomes.get(i, "missing")
-                                            for r in reruns))
+    flaky = sorted(i for i in f2p if any(r.outcomes.get(i, "missing")
+                                         != first.outcomes.get(i, "missing")
+                                         for r in reruns))
     f2p = [i for i in f2p if i not in flaky]
     p2p = [i for i in p2p if i not in flaky]
     if not f2p:
@@ -825,12 +1101,22 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
 
 
 def verdict_record(project: Project, verdict: Verdict) -> dict[str, Any]:
-    """The manifest row of a kept verdict."""
+    """The manifest row of a kept verdict (with its `difficulty`)."""
     return {"id": task_id(project.name, verdict.mutation), "project": project.name,
-            "mutation": asdict(verdict.mutation), "statement": verdict.statement,
+            "mutation": verdict.mutation.record(), "statement": verdict.statement,
             "fail_to_pass": list(verdict.fail_to_pass),
             "pass_to_pass": list(verdict.pass_to_pass), "flaky": list(verdict.flaky),
-            "canaried": verdict.canaried, "failures": verdict.failures}
+            "canaried": verdict.canaried, "failures": verdict.failures,
+            "difficulty": difficulty(verdict.mutation, verdict.fail_to_pass,
+                                     verdict.failures)}
+
+
+def difficulty(mutation: Mutation, fail_to_pass: Sequence[str], failures: int
+               ) -> dict[str, Any]:
+    """How hard a task is, as recorded per task: its kind(s), the lines the change touches,
+    its FAIL_TO_PASS count and the tests that failed on the mutant (before the cap)."""
+    return {"kinds": list(mutation.kinds), "lines_changed": mutation.lines_changed,
+            "fail_to_pass": len(fail_to_pass), "tests_failing": failures}
 
 
 class Progress:
@@ -933,6 +1219,8 @@ def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, 
         if row is None or not row.get("kept"):
             continue
         record = dict(row["record"])  # statements are re-written with the current writer
+        record["difficulty"] = difficulty(mutation, record["fail_to_pass"],
+                                          record.get("failures", 0))
         record["statement"] = write_statement(project, mutation, row.get("messages", []),
                                               record["fail_to_pass"])
         if check_statement(project, mutation, record["statement"],

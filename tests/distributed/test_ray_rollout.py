@@ -227,7 +227,8 @@ def test_repository_tasks_flow_through_ray_opd_exports_and_report(ray_cluster, t
     from opd_gym import cli
     from opd_gym.tasks.repo_suite import load_repo_suite, sample
 
-    picked = sample(load_repo_suite(), 1)[:2]  # two libraries
+    # two libraries, the fastest to grade now that PASS_TO_PASS is every passing test
+    picked = [t for t in sample(load_repo_suite(), 1) if t.repo.name in ("inflection", "parse")]
     out = tmp_path / "run"
     argv = ["rollout", "--ray", ray_cluster.address, "--workers", "2",
             "--episodes-per-worker", "1", "--episodes", "2", "--tasks", "repo",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 
@@ -23,9 +24,11 @@ from opd_gym.tasks.repo_suite import (
 )
 from opd_gym.tasks.suite import available_suites
 from opd_gym.tasks.synth import (
+    GREPPABLE,
     Mutation,
     build_task,
     check_statement,
+    kind_group,
     read_manifest,
     statement_leaks,
 )
@@ -82,7 +85,38 @@ def test_every_task_is_the_library_with_one_replayed_bug(tasks):
         assert repo is not None and repo.synthesized and repo.history is None
         assert list(repo.fail_to_pass) == record["fail_to_pass"] and record["canaried"] >= 1
         assert task.test_ids == repo.fail_to_pass + repo.pass_to_pass
-        assert len(repo.fail_to_pass) <= 20 and len(repo.pass_to_pass) <= 80
+        assert len(repo.fail_to_pass) <= 20
+        assert not set(repo.fail_to_pass) & set(repo.pass_to_pass)
+
+
+def test_every_passing_test_guards_and_kinds_are_mixed(tasks):
+    """PASS_TO_PASS is every test the original passes in all runs and the mutant still passes
+    (issue 30, point 2): per library, PASS_TO_PASS plus the tests failing on the mutant is the
+    same count for every task (the stable passing suite); greppable kinds (`return None`, a
+    stray `pass`, a bare `not (...)`) are under 15% (point 4), every library keeps 20 tasks,
+    and each record states its difficulty."""
+    data = read_manifest(manifest_path())
+    loaded = {t.id for t in tasks}
+    suite: dict[str, set[int]] = {}
+    for record in data["tasks"]:
+        mutation = Mutation(**record["mutation"])
+        diff = record["difficulty"]
+        assert diff == {"kinds": list(mutation.kinds), "lines_changed": mutation.lines_changed,
+                        "fail_to_pass": len(record["fail_to_pass"]),
+                        "tests_failing": record["failures"]}, record["id"]
+        assert record["failures"] >= len(record["fail_to_pass"])
+        suite.setdefault(record["project"], set()).add(
+            len(record["pass_to_pass"]) + record["failures"])
+    for name, sizes in suite.items():  # one baseline per library: flaky ids aside, one size
+        assert max(sizes) - min(sizes) <= 2 and min(sizes) >= 100, (name, sizes)
+    kinds = Counter(kind_group(r["mutation"]["kind"]) for r in data["tasks"]
+                    if r["id"] in loaded)
+    assert sum(kinds[k] for k in GREPPABLE) < 0.15 * len(loaded), kinds
+    subtle = {"boundary", "wrong_variable", "wrong_default", "swap_branch", "missing_case",
+              "coordinated"}
+    assert len(subtle & set(kinds)) >= 5, kinds
+    assert sum(kinds[k] for k in subtle) >= 0.5 * len(loaded), kinds
+    assert min(Counter(t.repo.name for t in tasks).values()) >= 20
 
 
 def test_statements_name_no_test_and_quote_no_diff(tasks):
@@ -217,6 +251,10 @@ def test_a_fix_that_breaks_a_passing_test_elsewhere_scores_below_one(tasks):
         pool.close()
     assert fixed.score == 1.0, fixed.reason
     assert regressed.score < 1.0, regressed.reason
-    failing = {t.name for t in regressed.tests if t.outcome != "passed"}
-    assert failing & set(task.repo.pass_to_pass), sorted(failing)[:5]
-    assert not failing & set(task.repo.fail_to_pass)
+
+    def names(ids: Sequence[str]) -> set[str]:  # the grade names `tests.test_parse::test_x`
+        return {i.split("::", 1)[1].split("[", 1)[0] for i in ids}
+
+    failing = names([t.name for t in regressed.tests if t.outcome != "passed"])
+    assert failing & names(task.repo.pass_to_pass), sorted(failing)[:5]
+    assert not failing & names(task.repo.fail_to_pass)

@@ -12,17 +12,21 @@ import pytest
 
 from opd_gym.errors import DatasetError
 from opd_gym.tasks.synth import (
+    GREPPABLE,
     Mutation,
     Progress,
     baseline,
     build_task,
     check_statement,
+    difficulty,
     find_mutations,
+    kind_group,
     load_manifest,
     project_from_dir,
     project_from_library,
     resolve_project,
     schedule,
+    split_tests,
     statement_leaks,
     synth_command,
     validate_mutation,
@@ -143,8 +147,10 @@ def test_a_local_project_splits_into_code_and_suite(project_dir):
 def test_mutations_cover_every_kind_and_only_functions_the_suite_names(project_dir):
     mutations = find_mutations(project_from_dir(project_dir))
     kinds = {m.kind for m in mutations}
-    assert kinds == {"binop", "compare", "boolop", "negate", "remove_branch", "remove_call",
-                     "off_by_one", "swap_args", "return_value", "range_bound"}
+    assert {kind_group(k) for k in kinds} == {
+        "binop", "boundary", "boolop", "negate", "remove_branch", "remove_call", "off_by_one",
+        "swap_args", "return_value", "range_bound", "wrong_variable", "wrong_default",
+        "swap_branch", "missing_case", "coordinated"}
     functions = {m.function for m in mutations}
     assert "_private" not in functions and "unused" not in functions and "log" not in functions
     assert {"clamp", "total", "window", "both", "describe", "power"} <= functions
@@ -161,6 +167,7 @@ def test_every_mutation_replays_to_the_same_bytes_and_parses(project_dir):
         # A manifest round trip (JSON) replays the very same change.
         again = Mutation(**json.loads(json.dumps(mutation.__dict__)))
         assert again == mutation and again.key == mutation.key
+        assert Mutation(**json.loads(json.dumps(mutation.record()))) == mutation
         assert again.apply(text) == once
         # Only the span changed: the text before and after it is untouched.
         before_lines = text.splitlines()[: mutation.line - 1]
@@ -177,6 +184,112 @@ def test_known_mutations_are_the_expected_edits(project_dir):
     branch = [m for m in mutations if m.function == "clamp" and m.kind == "remove_branch"]
     assert len(branch) == 2 and all(m.replacement == "pass" for m in branch)
     assert "if x < low" not in branch[0].apply(CODE)
+
+
+BRANCHY = '''\
+def sign(x, zero=0, strict=False, label="n"):
+    if x > 0:
+        return 1
+    elif x < 0:
+        return -1
+    elif strict:
+        raise ValueError(label)
+    else:
+        return zero
+
+
+def pick_one(flag, a, b):
+    if flag:
+        out = a
+    else:
+        out = b
+    return out
+
+
+def first(items, n):
+    return items[:n - 1]
+'''
+
+
+@pytest.fixture
+def branchy(tmp_path: Path) -> Path:
+    root = tmp_path / "branchy"
+    (root / "branchy").mkdir(parents=True)
+    (root / "branchy" / "__init__.py").write_text(BRANCHY)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_branchy.py").write_text(
+        "from branchy import first, pick_one, sign\n\n\ndef test_sign():\n"
+        "    assert sign(2) == 1 and pick_one(True, 1, 2) == 1 and first([1, 2], 2) == [1]\n")
+    return root
+
+
+def test_subtle_kinds_are_the_expected_edits(branchy):
+    """boundary, wrong_variable, wrong_default, swap_branch, missing_case and coordinated are
+    real rewrites of the function: each parses and leaves no greppable footprint."""
+    mutations = find_mutations(project_from_dir(branchy))
+    by_kind: dict[str, list[Mutation]] = {}
+    for m in mutations:
+        by_kind.setdefault(kind_group(m.kind), []).append(m)
+    apply = {m: m.apply(BRANCHY) for m in mutations}
+    for text in apply.values():
+        ast.parse(text)
+    assert "if x >= 0:" in {apply[m].splitlines()[1].strip() for m in by_kind["boundary"]}
+    assert {m.replacement for m in by_kind["wrong_default"]} >= {"1", "True", '""'}
+    swapped = [apply[m] for m in by_kind["swap_branch"]]
+    assert any("    if flag:\n        out = b\n    else:\n        out = a\n" in t for t in swapped)
+    missing = [apply[m] for m in by_kind["missing_case"]]
+    assert all(m.replacement == "" for m in by_kind["missing_case"])
+    assert any("x < 0" not in t and "elif strict:" in t for t in missing)  # an elif gone
+    assert any("elif strict:" not in t and "else:\n        return zero" in t for t in missing)
+    wrong = [m for m in by_kind["wrong_variable"] if m.function == "pick_one"]
+    assert wrong and {m.original for m in wrong} <= {"flag", "a", "b", "out"}
+    assert all(m.replacement in {"flag", "a", "b", "out"} - {m.original} for m in wrong)
+    slice_bound = [m for m in by_kind["boundary"] if m.function == "first"]
+    assert {m.replacement for m in slice_bound} == {"(n - 1) + 1", "(n - 1) - 1"}
+    pairs = by_kind["coordinated"]
+    assert pairs and all(len(m.spans()) == 2 and len(m.kinds) == 2 for m in pairs)
+    for m in pairs:
+        (line, *_), (other, *_) = m.spans()
+        assert line != other and m.lines_changed == 2 and not set(m.kinds) & GREPPABLE
+
+
+def test_a_coordinated_mutation_replays_and_an_old_record_keeps_its_key(branchy):
+    mutations = find_mutations(project_from_dir(branchy))
+    pair = next(m for m in mutations if m.more)
+    record = json.loads(json.dumps(pair.record()))
+    assert Mutation(**record) == pair
+    both = pair.apply(BRANCHY)
+    assert Mutation(**record).apply(BRANCHY) == both
+    one = Mutation(**{**record, "more": []})
+    assert one.apply(BRANCHY) != both and "more" not in one.record()
+    # A record written before `more` existed is the same JSON, so it keeps its key.
+    single = next(m for m in mutations if not m.more)
+    assert set(single.record()) == {"path", "function", "kind", "line", "col", "end_line",
+                                    "end_col", "original", "replacement"}
+    with pytest.raises(DatasetError, match="does not match"):
+        pair.apply(both)
+    before, after = pair.lines(BRANCHY)
+    assert before.count("\n") == after.count("\n") >= 1
+
+
+def test_greppable_kinds_come_last_and_difficulty_is_recorded(branchy):
+    mutations = find_mutations(project_from_dir(branchy))
+    order = schedule(mutations, 0)
+    grep = [i for i, m in enumerate(order) if m.kind in GREPPABLE]
+    assert grep and min(grep) == len(order) - len(grep)
+    pair = next(m for m in mutations if m.more)
+    assert difficulty(pair, ["a", "b"], 5) == {"kinds": list(pair.kinds), "lines_changed": 2,
+                                               "fail_to_pass": 2, "tests_failing": 5}
+
+
+def test_every_passing_test_guards():
+    """PASS_TO_PASS is every id still passing; failing ids beyond the FAIL_TO_PASS cap are in
+    neither list."""
+    failing = [f"t.py::f{i:02}" for i in range(30)]
+    passing = [f"t.py::p{i:03}" for i in range(500)]
+    f2p, p2p = split_tests(failing, passing, frozenset({"t.py::f29"}), 0)
+    assert f2p[0] == "t.py::f29" and len(f2p) == 20
+    assert p2p == passing and not set(p2p) & set(failing)
 
 
 def test_a_mutation_refuses_a_file_it_was_not_made_from(project_dir):
@@ -197,7 +310,7 @@ def test_the_schedule_is_seeded_and_visits_every_function_first(project_dir):
 def test_statements_read_like_a_report_and_leak_nothing(project_dir):
     project = project_from_dir(project_dir)
     mutations = find_mutations(project)
-    mutation = pick(mutations, "clamp", "compare", ">")
+    mutation = pick(mutations, "clamp", "boundary", ">")
     ids = ["tests/test_minicalc.py::test_clamp_high"]
     # pytest's message for `assert 10 == clamp(50, 0, 10)` when clamp returns 50:
     messages = ["@/workspace/tests/test_minicalc.py:9|/workspace/tests/test_minicalc.py:9\n"
@@ -302,7 +415,7 @@ def test_validation_keeps_caught_bugs_and_drops_survivors(tmp_path, project_dir,
                            caught.fail_to_pass + caught.pass_to_pass) == []
 
     # x <= low instead of x < low: no test tells them apart, so it is no task.
-    survivor = validate_mutation(project, base, pick(mutations, "clamp", "compare", "<"), pool)
+    survivor = validate_mutation(project, base, pick(mutations, "clamp", "boundary", "<"), pool)
     assert not survivor.kept and survivor.reason == "no test fails"
 
 
