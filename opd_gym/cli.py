@@ -317,6 +317,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     tool_format = _tool_format_name(args.tool_format or "hermes", args.policy)
     if tool_format != "hermes":
         print(f"opd-gym rollout: tool-call format {tool_format}", file=sys.stderr)
+    demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
+        "tiny", "smollm2")
+    if demo and opd is not None and opd.hint_scope == "turn":
+        # the scripted turns, teacher-forced under the teacher model without the hint, are the
+        # student's logprobs (same forward batch), so the report's teacher-student charts fill
+        opd = opd.replace(forced_student=True)
     config = RolloutConfig(
         out_dir=str(out),
         episodes=args.episodes,
@@ -334,12 +340,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         opd_options=opd if opd is not None else {},
         tool_format=tool_format,
     )
-    demo = args.policy == "demo" and args.judge == "rule" and args.teacher_name in (
-        "tiny", "smollm2")
     if opd is not None and not demo:  # the embedded demo: scripted turns that stay short
         _warn_context(args, config)
     if demo and opd is not None:
         note = DEMO_NOTE if args.teacher_name == "tiny" else SMOLLM2_DEMO_NOTE
+        if opd.forced_student:
+            note += ("; student logprobs: the teacher model's own on the scripted turns without "
+                     "the hint (teacher-forced, not sampled)")
         print(f"opd-gym rollout: {note}", file=sys.stderr)
     run_config = {**vars(args), "func": None}
     _check_run_dir(out, run_config, resume=args.resume)  # before anything is written

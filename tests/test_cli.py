@@ -57,10 +57,15 @@ def test_default_rollout_end_to_end(tmp_path, tiny_cache):
         assert row["finished"] and row["grade"]["passed"] == row["grade"]["total"] > 0
         assert len(row["opd"]) == len(row["turns"]) == 6
         assert any(r["hint"] for r in row["opd"]) or row["task_id"] == "decode_secret"
+        for record in row["opd"]:  # teacher-forced student logprobs, labelled as such
+            assert record["student_logprobs"] is not None and record["retokenized"]
+            assert record["student_logprobs_source"].startswith("teacher-forced: ")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 3 and summary["pass_rate"] == 1.0
     assert summary["config"]["episodes"] == 3 and summary["config"]["out_dir"] == str(out)
     assert (out / "report.html").stat().st_size > 10_000
+    report = (out / "report.html").read_text()
+    assert 'id="forced-student"' in report and "needs student logprobs" not in report
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 3 and {"opd/hint_rate", "train/pass_rate"} <= set(metrics[-1])
 

@@ -65,6 +65,11 @@ class OPDConfig:
             is the model's own distribution. Only hf: teachers take another value.
         no_hint_control: share (0..1) of hinted turns also scored with an empty hint (the
             control); the run reports the mean teacher - student gap of those control turns.
+        forced_student: for turns whose policy gave no logprobs (a scripted or replayed
+            policy), record as `student_logprobs` the teacher model's own logprobs of the turn's
+            ids with no hint, teacher-forced in the student's context (the self-distillation
+            student: the same model without the hint), in the same batch as the hinted pass;
+            each such record names the model and says so in `student_logprobs_source`.
         copy_guard: "mask" or "keep" hint copies in the response (see `opd_gym.opd.copyguard`).
         copy_min_words: consecutive hint words that count as a copy.
         on_history_rewrite: episode scope, a turn whose prompt rewrites history: "split" or
@@ -93,6 +98,7 @@ class OPDConfig:
     student_temperature: float | None = None
     teacher_temperature: float = 1.0
     no_hint_control: float = 0.0
+    forced_student: bool = False
     copy_guard: str = "mask"
     copy_min_words: int = 4
     on_history_rewrite: str = "split"
@@ -103,7 +109,7 @@ class OPDConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "teacher_options", MappingProxyType(dict(self.teacher_options)))
         object.__setattr__(self, "judge_options", MappingProxyType(dict(self.judge_options)))
-        for name in ("enabled", "async_scoring", "score_without_hint"):
+        for name in ("enabled", "async_scoring", "score_without_hint", "forced_student"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name, low in (("topk", 0), ("votes", 1), ("max_next_state_chars", 1),
@@ -142,6 +148,11 @@ class OPDConfig:
         if control and self.hint_scope == "episode":
             raise ConfigError("no_hint_control scores turns one by one: use hint_scope='turn' "
                               "(the episode scope's empty-hint control is a run without a judge)")
+        if self.forced_student and self.hint_scope == "episode":
+            raise ConfigError("forced_student scores turns one by one: use hint_scope='turn'")
+        if self.forced_student and self.teacher_temperature != 1.0:
+            raise ConfigError("forced_student records the teacher model's own distribution: "
+                              "use teacher_temperature=1.0")
         if isinstance(self.student_tokenizer, str) and self.student_tokenizer != UNCHECKED:
             from opd_gym import specs
 

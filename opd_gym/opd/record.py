@@ -144,6 +144,8 @@ class OPDRecord:
     ids_unchecked: bool = False
     reconstructed: bool = False
     control_teacher_logprobs: np.ndarray | None = None
+    # where student_logprobs come from when the policy gave none (None: from the policy)
+    student_logprobs_source: str | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -343,6 +345,8 @@ class OPDRecord:
             "reconstructed": self.reconstructed,
         } | ({} if self.control_teacher_logprobs is None else {
             "control_teacher_logprobs": _floats_to_json(self.control_teacher_logprobs),
+        }) | ({} if self.student_logprobs_source is None else {
+            "student_logprobs_source": self.student_logprobs_source,
         }) | ({} if self.student_topk_ids is None else {
             "student_topk_ids": self.student_topk_ids.tolist(),
             "teacher_candidate_logprobs": (None if self.teacher_candidate_logprobs is None else
@@ -385,6 +389,7 @@ class OPDRecord:
             reconstructed=bool(data.get("reconstructed", False)),
             control_teacher_logprobs=None if data.get("control_teacher_logprobs") is None
             else _floats_from_json(data["control_teacher_logprobs"], (t,)),
+            student_logprobs_source=data.get("student_logprobs_source"),
             **_candidates_from_json(data, t),
         )
 

@@ -11,6 +11,7 @@ Hint scopes:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,7 @@ class Scorer:
         ids_unchecked: bool = False,
         student_temperature: float | None = None,
         no_hint_control: float = 0.0,
+        forced_student: bool = False,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigError(f"hint scope must be one of {SCOPES}, got {scope!r}")
@@ -90,6 +92,9 @@ class Scorer:
         self.student_temperature = student_temperature
         self.teacher_temperature = float(getattr(teacher, "temperature", 1.0))
         self.no_hint_control = float(no_hint_control)
+        self.forced_student = bool(forced_student)
+        if self.forced_student and scope == "episode":
+            raise ConfigError("forced_student scores turns one by one: use scope='turn'")
         self._control_seen = 0  # hinted turns seen, for the control's even sampling
         self.copy_guard = copy_guard
         self.copy_min_words = copy_min_words
@@ -266,7 +271,10 @@ class Scorer:
                                                                 limit),
                                             SkipReason.CONTEXT_TOO_LONG)
         order = list(requests)
-        controls = [i for i in order if self._take_control(judged[i])]
+        taken = {i for i in order if self._take_control(judged[i])}
+        # hinted turns of a forced student also need the bare (no-hint) pass, as the control
+        controls = [i for i in order if i in taken
+                    or self._forces_student(judged[i]) and judged[i].verdict.hint]
         control_requests = []
         for i in list(controls):
             try:
@@ -287,11 +295,29 @@ class Scorer:
         control_of = dict(zip(controls, results[len(order):], strict=True))
         for i, spans in zip(order, results, strict=False):
             hints = [judged[i].verdict.hint] if judged[i].verdict.hint else []
-            records[i] = self._record(judged[i], spans[0], spent, requests[i][1], hints)
-            if i in control_of:
+            forced = None
+            if self._forces_student(judged[i]):  # no hint: the turn's own request is the bare one
+                bare = control_of.get(i) if hints else spans
+                forced = None if bare is None else bare[0].token_logprobs
+            records[i] = self._record(judged[i], spans[0], spent, requests[i][1], hints,
+                                      forced_student=forced)
+            if i in control_of and i in taken:
                 lp = np.asarray(control_of[i][0].token_logprobs, np.float32)
                 records[i].control_teacher_logprobs = np.where(records[i].mask, lp,
                                                                np.float32(np.nan))
+
+    def _forces_student(self, judged: Judged) -> bool:
+        """True when this turn's student logprobs are the teacher model's own, no hint."""
+        return self.forced_student and judged.sample.logprobs is None
+
+    def _forced_source(self) -> str:
+        """What a forced record's `student_logprobs_source` says: model and method."""
+        name = str(getattr(self.teacher, "name", "") or type(self.teacher).__name__)
+        if os.path.isabs(name):  # a local folder: its name, not this machine's path
+            name = os.path.basename(name.rstrip(os.sep)) or name
+        return (f"teacher-forced: {name} (the teacher model, without the hint) scored the "
+                "policy's tokens in the student's context; the policy gave no logprobs, so "
+                "these tokens were not sampled from this model")
 
     def _take_control(self, judged: Judged) -> bool:
         """Every 1/share-th hinted turn (evenly, deterministic) gets the no-hint control."""
@@ -356,8 +382,10 @@ class Scorer:
         teacher_seconds: float,
         context: str = "",
         hints: Sequence[str] = (),
+        forced_student: Any = None,
     ) -> OPDRecord:
-        """A scored record; positions reproducing any hint the teacher saw are copy-guarded."""
+        """A scored record; positions reproducing any hint the teacher saw are copy-guarded;
+        `forced_student`: the no-hint logprobs recorded as the student's (forced_student)."""
         copied = np.zeros(len(judged.student_ids), np.bool_)
         for hint in hints:
             copied |= copied_positions(
@@ -372,7 +400,9 @@ class Scorer:
         return OPDRecord.from_scores(
             judged.student_ids,
             scores,
-            student_logprobs=self._student_logprobs(judged),
+            student_logprobs=(self._student_logprobs(judged) if forced_student is None
+                              else np.array(forced_student, np.float32)),
+            student_logprobs_source=None if forced_student is None else self._forced_source(),
             hint=judged.verdict.hint,
             votes=judged.verdict.votes,
             turn_index=judged.sample.index,

@@ -47,7 +47,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         **options: the other `OPDConfig` fields (hint_scope, hint_placement, enabled,
             max_next_state_chars, vote_rule, hint_choice, score_without_hint, judge_workers,
             student_tokenizer, copy_guard, copy_min_words, on_history_rewrite,
-            teacher_options, judge_options).
+            forced_student, teacher_options, judge_options).
     """
 
     def __init__(
@@ -157,6 +157,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 ids_unchecked=cfg.student_tokenizer == UNCHECKED,
                 student_temperature=self._student_temperature,
                 no_hint_control=cfg.no_hint_control,
+                forced_student=cfg.forced_student,
             )
         return self._scorer
 

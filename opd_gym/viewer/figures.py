@@ -116,6 +116,20 @@ def student_gaps(episodes: Sequence[Episode]) -> np.ndarray:
     return np.concatenate(gaps) if gaps else np.zeros(0)
 
 
+FORCED_NOTE = "student logprobs teacher-forced on the policy's text, not sampled"
+
+
+def forced_source(episodes: Sequence[Episode]) -> str | None:
+    """A record's `student_logprobs_source` when the run's student logprobs were teacher-forced
+    (scripted turns scored by a model) rather than sampled, so the figures can say so."""
+    for ep in episodes:
+        for record in ep.opd[0].values():
+            source = getattr(record, "student_logprobs_source", None)
+            if source and record.student_logprobs is not None:
+                return str(source)
+    return None
+
+
 def _why_missing(key: str, opd: dict[str, Any], gaps: np.ndarray) -> str:
     tokens = as_float(opd.get("opd/tokens_scored"))
     if not opd:
@@ -160,8 +174,11 @@ def metric_figures(run: Run) -> str:
                 "</div>")
     # recomputed from the played rows' records (never a row's running metrics)
     opd = as_dict(summary.get("opd")) if run.stats.turns_scored else {}
+    forced = forced_source(run.episodes) is not None
     opd_cards = []
     for key, (label, description, kind) in OPD_FIGURES.items():
+        if forced and key in ("kl_estimate", "mean_teacher_minus_student"):
+            description = description.replace(", sampled estimate", "") + f"; {FORCED_NOTE}"
         full = f"opd/{key}"
         value = as_float(opd.get(full)) if opd else None
         if key in NEEDS_STUDENT and gaps.size == 0:
@@ -307,6 +324,9 @@ def charts(run: Run) -> str:
         gap_body = _histogram_svg(counts.tolist(), edges.tolist(),
                                   xlabel=f"teacher − student logprob, {gaps.size} tokens, "
                                   f"mean {gaps.mean():+.3f}")
+        source = forced_source(episodes)
+        if source:
+            gap_body += f'<div class="d" id="forced-student">{esc(source)}</div>'
     else:
         scored = sum(ep.tokens_scored for ep in episodes)
         gap_body = _na("no student logprobs in this run (the policy gave none)" if scored

@@ -69,6 +69,28 @@ def test_na_reasons_without_student_logprobs_or_scoring(run_dir, tmp_path):
     assert "n/a: no scored tokens in this run" in page
 
 
+def test_forced_student_logprobs_are_labelled_not_sampled(run_dir, tmp_path):
+    """Records whose student logprobs were teacher-forced: the KL and gap figures and the gap
+    chart say so, and the KL figure no longer calls itself a sampled estimate."""
+    forced = tmp_path / "forced"
+    forced.mkdir()
+    source = "teacher-forced: tiny (the teacher model, without the hint) scored the policy's text"
+    lines = []
+    for line in (run_dir / "trajectories.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        for record in row.get("opd", []):
+            record["student_logprobs"] = record["teacher_token_logprobs"]
+            record["student_logprobs_source"] = source
+        lines.append(json.dumps(row))
+    (forced / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
+    page = write_report(forced).read_text(encoding="utf-8")
+    value, note = figure(page, "KL estimate")
+    assert value != "n/a" and "not sampled" in note and "sampled estimate" not in note
+    assert "not sampled" in figure(page, "Teacher − student")[1]
+    assert re.search(r'id="chart-gaps"><h3>[^<]*</h3><svg', page)
+    assert 'id="forced-student">teacher-forced: tiny' in page
+
+
 def test_report_with_figures_in_headless_chromium(run_dir, tiny_tokenizer, tmp_path):
     (run_dir / "config.json").write_text(json.dumps({"policy": "demo", "episodes": 4}))
     report = write_report(run_dir, tmp_path / "report.html", tokenizer=tiny_tokenizer)
