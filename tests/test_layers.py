@@ -21,10 +21,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the row formats and the files that hold them: written by the recorder, read by anyone
     ("records", ("opd.record", "runs.schema", "runs.directory", "wrappers")),
     ("episode", ("episode", "env", "registration")),
-    ("actors", ("agents",)),
+    ("actors", ("agents", "proxy")),  # proxy: the model-call recorder agents talk through
     ("opd", ("opd",)),
     ("runs", ("runs",)),
-    ("runners", ("rollout", "distributed", "trl", "sb3", "exports", "viewer", "loggers")),
+    ("runners", ("rollout", "distributed", "trl", "sb3", "exports", "viewer", "loggers",
+                 "harness", "serve")),
     ("faces", ("cli", "compat", "")),
 ]
 

@@ -160,10 +160,14 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
 
 
 def _version() -> str:
-    """opd_gym's version (imported late: the package imports this module lazily)."""
-    from opd_gym import __version__
+    """opd_gym's version, from the installed distribution's metadata (this module sits below
+    the package's top, which re-exports it lazily)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return __version__
+    try:
+        return version("opd_gym")
+    except PackageNotFoundError:
+        return "unknown (opd_gym is not installed as a distribution)"
 
 
 __all__ = ["CodingEnvironment", "jsonable"]

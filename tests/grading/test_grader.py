@@ -659,13 +659,14 @@ def _share_bare_runs(graders):
 
 
 @pytest.fixture(scope="module")
-def docker_graders(docker_grader):
-    """Three Graders with different secrets: the session's (whose calibrations the other
-    built-in-suite modules reuse) and two more over one Docker pool."""
+def docker_graders():
+    """Three Graders with different secrets over one shared Docker pool (closed with the
+    module: the session's `docker_grader` would hold containers through tests/sandboxes,
+    whose pool tests count what their process owns)."""
     from opd_gym.sandboxes import make_pool
 
-    with make_pool("docker", size=3, workers=3) as pool:
-        yield [docker_grader, *_share_bare_runs([_secret(Grader(pool), n) for n in (1, 2)])]
+    with make_pool("docker", size=4, workers=4) as pool:
+        yield _share_bare_runs([_secret(Grader(pool), number) for number in range(3)])
 
 
 @pytest.mark.docker

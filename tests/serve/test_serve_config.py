@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import pytest
@@ -46,4 +47,5 @@ def test_token_from_bearer_or_basic_auth() -> None:
 def test_setup_installs_the_pinned_openenv() -> None:
     """setup.sh installs exactly the openenv-core the code is written against."""
     setup = (Path(__file__).parents[2] / "scripts" / "setup.sh").read_text()
-    assert f'"{OPENENV_PIN}"' in setup and ",serve}" in setup
+    extras = re.search(r"EXTRAS=\$\{OPD_GYM_EXTRAS:-([^}]*)\}", setup)
+    assert f'"{OPENENV_PIN}"' in setup and extras and "serve" in extras.group(1).split(",")
