@@ -55,6 +55,25 @@ def docker_grader():
     pool.close()
 
 
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real two-node Ray cluster on this host (head + one more node, 3 logical CPUs each:
+    separate raylet processes on other ports), the driver connected; once per session, here
+    so that tests/distributed and tests/vllm share it."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
+    cluster.add_node(num_cpus=3)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
 @pytest.fixture
 def toy_task() -> Task:
     return make_toy_task()

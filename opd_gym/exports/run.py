@@ -119,9 +119,10 @@ def export_run(
         else:
             written = 0
             mark = any(e.record.reconstructed for g in groups for e in g)
+            breaks = any(e.record.extends_previous is False for g in groups for e in g)
             with open(tmp, "w", encoding="utf-8") as fh:
                 for group in groups:
-                    for line in _lines(fmt, group, tokenizer, mark):
+                    for line in _lines(fmt, group, tokenizer, mark, breaks):
                         fh.write(json.dumps(line, ensure_ascii=False) + "\n")
                         written += 1
             if not written:
@@ -164,15 +165,18 @@ def _inexact(groups: list[list[TurnExample]], fmt: str, run: Path, mode: str,
     return groups
 
 
-def _mark(rows: list[dict[str, Any]], group: list[TurnExample], per_turn: bool
-          ) -> list[dict[str, Any]]:
-    """The reconstructed marker on every row (per turn, or a list for an episode's row)."""
-    flags = [bool(e.record.reconstructed) for e in group]
+def _mark(rows: list[dict[str, Any]], group: list[TurnExample], per_turn: bool,
+          name: str = "reconstructed") -> list[dict[str, Any]]:
+    """A record's marker `name` (`reconstructed`, or `extends_previous`) on every row (per
+    turn, or a list for an episode's row)."""
+    flags = [getattr(e.record, name) for e in group]
+    if name == "reconstructed":
+        flags = [bool(flag) for flag in flags]
+    missing = False if name == "reconstructed" else None
     if per_turn:
         by_turn = {e.record.turn_index: flag for e, flag in zip(group, flags, strict=True)}
-        return [{**row, "reconstructed": by_turn.get(row.get("turn_index"), False)}
-                for row in rows]
-    return [{**row, "reconstructed": flags} for row in rows]
+        return [{**row, name: by_turn.get(row.get("turn_index"), missing)} for row in rows]
+    return [{**row, name: flags} for row in rows]
 
 
 # Fields a format cannot be written without, and how a run gets them.
@@ -193,16 +197,19 @@ def _check_required(fmt: str, groups: list[list[TurnExample]], run: Path) -> Non
                               f"of {total} turns have none: {STUDENT_LOGPROBS_HOW}")
 
 
-def _lines(fmt: str, group: list[TurnExample], tokenizer: Any, mark: bool = False
-           ) -> Iterator[dict[str, Any]]:
+def _lines(fmt: str, group: list[TurnExample], tokenizer: Any, mark: bool = False,
+           breaks: bool = False) -> Iterator[dict[str, Any]]:
     """`fmt`'s rows of one episode; with `mark` (the export holds reconstructed turns) each
-    carries the marker, else the format's own fields exactly."""
+    carries the marker, with `breaks` (some turn's prompt does not extend the previous
+    turn's: the agent rewrote its history) `extends_previous`, else the format's own fields
+    exactly."""
     rows = list(_format_lines(fmt, group, tokenizer))
-    if not mark:
-        yield from rows
-        return
     per_group = fmt in ("atropos", "atropos-compact", "verl")  # one row holds the episode
-    yield from _mark(rows, group, per_turn=not per_group)
+    if mark:
+        rows = _mark(rows, group, per_turn=not per_group)
+    if breaks:
+        rows = _mark(rows, group, per_turn=not per_group, name="extends_previous")
+    yield from rows
 
 
 def _format_lines(fmt: str, group: list[TurnExample], tokenizer: Any

@@ -79,6 +79,28 @@ class HarnessPolicy:
         raise HarnessError(f"mini-swe-agent stopped ({value.get('exit_status')}) before the "
                            "env ended the episode")
 
+    def finish_episode(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """The row's `harness` notes (exit status, model calls, per-turn notes), as the
+        Python runner's rows carry them: the last step's info is handed back and the harness
+        is waited for until it stops."""
+        if self._waiting:
+            self._waiting = False
+            self._infos.put(dict(info))
+        try:
+            kind, value = self._actions.get(timeout=self.timeout)
+        except queue.Empty:
+            raise HarnessError(f"mini-swe-agent did not stop within {self.timeout:g} s after "
+                               "the episode ended") from None
+        if kind == "action":  # a command after the end: the env is done, it is not run
+            self._stop_thread()
+            return {"harness": {"name": self.runner.name, "exit_status": "EpisodeEnded",
+                                "error": "a command after the episode ended was not run"}}
+        if kind == "error":
+            return {"harness": {"name": self.runner.name, "exit_status": type(value).__name__,
+                                "error": f"{type(value).__name__}: {value}"[:500]}}
+        self._thread = None  # it has returned
+        return {"harness": value}
+
     def close(self) -> None:
         """Stop the harness thread and close the proxy this policy started."""
         self._stop_thread()

@@ -40,6 +40,7 @@ class OPDMetrics:
     unscored: Counter = field(default_factory=Counter)
     positions: int = 0
     top1_mismatch: int = 0
+    ranked: int = 0  # scored positions with a top-K (K > 0): what top-1 and mass are over
     delta_sum: float = 0.0
     delta_n: int = 0
     mass_sum: float = 0.0
@@ -86,8 +87,12 @@ class OPDMetrics:
         self.hints += bool(record.hint)
         on = record.mask
         self.positions += int(on.sum())
-        self.top1_mismatch += int((record.teacher_topk_ids[on, 0] != record.token_ids[on]).sum())
-        self.mass_sum += float(np.exp(record.teacher_topk_logprobs[on].astype(np.float64)).sum())
+        if record.topk:  # with topk 0 there is no top-1 and no mass to count
+            self.ranked += int(on.sum())
+            self.top1_mismatch += int((record.teacher_topk_ids[on, 0]
+                                       != record.token_ids[on]).sum())
+            self.mass_sum += float(np.exp(record.teacher_topk_logprobs[on]
+                                          .astype(np.float64)).sum())
         if record.student_logprobs is not None:
             both = on & np.isfinite(record.student_logprobs)
             delta = record.teacher_token_logprobs[both] - record.student_logprobs[both]
@@ -102,6 +107,7 @@ class OPDMetrics:
             "hints",
             "positions",
             "top1_mismatch",
+            "ranked",
             "delta_sum",
             "delta_n",
             "mass_sum",
@@ -128,8 +134,8 @@ class OPDMetrics:
             "opd/mean_hints_per_rollout": self.hints / episodes,
             "opd/hint_rate": self.hints / self.scored if self.scored else 0.0,
             "opd/tokens_scored": float(self.positions),
-            "opd/top1_mismatch": self.top1_mismatch / self.positions if self.positions else nan,
-            "opd/topk_mass": self.mass_sum / self.positions if self.positions else nan,
+            "opd/top1_mismatch": self.top1_mismatch / self.ranked if self.ranked else nan,
+            "opd/topk_mass": self.mass_sum / self.ranked if self.ranked else nan,
             "opd/mean_teacher_minus_student": self.delta_sum / self.delta_n
             if self.delta_n
             else nan,

@@ -146,6 +146,9 @@ class OPDRecord:
     control_teacher_logprobs: np.ndarray | None = None
     # where student_logprobs come from when the policy gave none (None: from the policy)
     student_logprobs_source: str | None = None
+    # whether the turn's prompt ids extend the previous turn's prompt + sampled ids token for
+    # token (False: the agent rewrote or truncated its history; None: first turn or no ids)
+    extends_previous: bool | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = _as_array("token_ids", self.token_ids, "iu", np.int32, 1)
@@ -206,6 +209,8 @@ class OPDRecord:
         self.teacher_temperature = float(self.teacher_temperature)
         self.ids_unchecked = bool(self.ids_unchecked)
         self.reconstructed = bool(self.reconstructed)
+        self.extends_previous = (None if self.extends_previous is None
+                                 else bool(self.extends_previous))
         self.timing = {str(key): float(v) for key, v in dict(self.timing).items()}
         self._check_fill_rules()
         if self.teacher_tail_logprobs is None:
@@ -343,6 +348,7 @@ class OPDRecord:
             "teacher_temperature": self.teacher_temperature,
             "ids_unchecked": self.ids_unchecked,
             "reconstructed": self.reconstructed,
+            "extends_previous": self.extends_previous,
         } | ({} if self.control_teacher_logprobs is None else {
             "control_teacher_logprobs": _floats_to_json(self.control_teacher_logprobs),
         }) | ({} if self.student_logprobs_source is None else {
@@ -390,6 +396,7 @@ class OPDRecord:
             control_teacher_logprobs=None if data.get("control_teacher_logprobs") is None
             else _floats_from_json(data["control_teacher_logprobs"], (t,)),
             student_logprobs_source=data.get("student_logprobs_source"),
+            extends_previous=data.get("extends_previous"),
             **_candidates_from_json(data, t),
         )
 

@@ -158,7 +158,8 @@ class Scorer:
         return {"student_temperature": self.student_temperature,
                 "teacher_temperature": self.teacher_temperature,
                 "ids_unchecked": self.ids_unchecked,
-                "reconstructed": judged.sample.prompt_ids is None and not judged.retokenized}
+                "reconstructed": judged.sample.prompt_ids is None and not judged.retokenized,
+                "extends_previous": judged.sample.extends_previous}
 
     @staticmethod
     def _student_logprobs(judged: Judged) -> Any:

@@ -51,6 +51,7 @@ class TurnSample:
     tools: tuple[Mapping[str, Any], ...]
     judge_input: JudgeInput
     next_state: str
+    extends_previous: bool | None = None  # prompt ids continue the last turn's (None: unknown)
 
     index = property(lambda self: self.turn.index)
     text = property(lambda self: self.turn.text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -82,6 +83,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._background: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._episode: list[OPDRecord] = []
+        self._previous: TurnSample | None = None  # the episode's last turn (extends_previous)
         self._student_known = config.student_tokenizer is not None
         self._student_tok: Any = None  # the checked student tokenizer, for info["student_prompt"]
         self._student_temperature = config.student_temperature
@@ -180,6 +182,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if self.enabled:
             self._wait_pending()  # records of an abandoned episode are dropped, not mixed in
             self._episode = []
+            self._previous = None
             _ = self.scorer  # teacher loaded, tokenizers checked: before the episode starts
         obs, info = self.env.reset(seed=seed, options=options)
         if self.enabled:
@@ -205,6 +208,8 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         done = terminated or truncated
         scorer = self.scorer
         sample = self._sample_turn(info)
+        sample = replace(sample, extends_previous=extends_previous(self._previous, sample))
+        self._previous = sample
         if sample.token_ids is not None and not self._student_known:
             raise ConfigError(
                 "the agent passed token ids but the student's tokenizer is unknown, so they "
@@ -288,6 +293,16 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             except Exception:
                 pass
         self._pending = []
+
+
+def extends_previous(previous: TurnSample | None, sample: TurnSample) -> bool | None:
+    """Whether `sample`'s prompt ids start with `previous`'s prompt + sampled ids (the agent
+    kept its history as the model saw it); None for a first turn or a turn without ids."""
+    if previous is None or None in (previous.prompt_ids, previous.token_ids,
+                                    sample.prompt_ids):
+        return None
+    before = [*previous.prompt_ids, *previous.token_ids]
+    return list(sample.prompt_ids[:len(before)]) == before
 
 
 def _json_able(value: Any) -> bool:

@@ -128,8 +128,12 @@ def play_episode(
         if on_turn is not None:
             on_turn(episode, turns)
         if terminated or truncated:
-            assert recorder.last_row is not None  # the recorder keeps every finished episode
-            return recorder.last_row
+            row = recorder.last_row
+            assert row is not None  # the recorder keeps every finished episode
+            finish = getattr(agent, "finish_episode", None)
+            if callable(finish):  # what the agent adds to its row (a harness's notes)
+                row.extra.update(finish(info) or {})
+            return row
 
 
 @dataclass

@@ -197,3 +197,38 @@ def test_reconstructed_turns_are_refused_dropped_or_marked(run_dir, tmp_path):
     assert first["reconstructed"] == [True] * rebuilt
     with pytest.raises(ValueError, match="reconstructed="):
         export_run(run, "trl", reconstructed="maybe")
+
+
+def test_a_turn_that_does_not_extend_the_previous_is_marked_in_the_exports(run_dir, tmp_path):
+    """A harness that rewrites its history: the record's `extends_previous` travels with the
+    rows of the JSONL formats (per turn, or per episode row as a list) and Parquet's column;
+    an export where every turn extends the one before keeps the format's own fields."""
+    import shutil
+
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    out, model = run_dir
+    plain = [json.loads(line) for line in export_run(out, "trl", tmp_path / "plain.jsonl")
+             .read_text().splitlines()]
+    assert all("extends_previous" not in row for row in plain)
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    path = run / "trajectories.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    flags = [None] + [True] * (len(rows[0]["opd"]) - 1)
+    flags[-1] = False if len(flags) > 1 else flags[-1]
+    assert False in flags, "the fixture run's first episode needs two turns"
+    for record, flag in zip(rows[0]["opd"], flags, strict=True):
+        record["extends_previous"] = flag
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trl = [json.loads(line) for line in export_run(run, "trl", tmp_path / "t.jsonl")
+           .read_text().splitlines()]
+    assert [row["extends_previous"] for row in trl[:len(flags)]] == flags
+    assert all(row["extends_previous"] is None for row in trl[len(flags):])  # never said
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    first = json.loads(export_run(run, "atropos", tmp_path / "a.jsonl", tokenizer=tokenizer)
+                       .read_text().splitlines()[0])
+    assert first["extends_previous"] == flags
+    table = pq.read_table(export_run(run, "parquet", tmp_path / "p.parquet")).to_pylist()
+    assert [r["extends_previous"] for r in table[:len(flags)]] == flags

@@ -35,3 +35,23 @@ def test_rollout_refuses_a_harness_without_a_served_policy(tmp_path, capsys):
                      "--teacher", "tiny", "--out", str(out), "--episodes", "1"])
     assert code == 2 and not out.exists()
     assert "--harness mini-swe-agent needs --policy vllm:URL" in capsys.readouterr().err
+
+
+def test_extends_previous_compares_the_prompt_with_the_last_prompt_and_sample():
+    """The OPD record's marker: True when the prompt continues the previous turn token for
+    token, False when history was rewritten or truncated, None without ids or a previous."""
+    from types import SimpleNamespace
+
+    from opd_gym.opd.wrapper import extends_previous
+
+    def turn(prompt, sampled=(9,)):
+        return SimpleNamespace(prompt_ids=prompt, token_ids=sampled)
+
+    first = turn((1, 2, 3), (4, 5))
+    assert extends_previous(None, first) is None
+    assert extends_previous(first, turn((1, 2, 3, 4, 5, 6))) is True
+    assert extends_previous(first, turn((1, 2, 3, 4, 5))) is True
+    assert extends_previous(first, turn((1, 2, 3, 4))) is False          # truncated
+    assert extends_previous(first, turn((1, 2, 7, 4, 5, 6))) is False    # rewritten
+    assert extends_previous(first, turn(None)) is None
+    assert extends_previous(turn(None), turn((1, 2))) is None

