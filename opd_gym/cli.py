@@ -995,8 +995,13 @@ def build_parser() -> argparse.ArgumentParser:
     tsyn.add_argument("--max", type=int, default=10, help="tasks to keep (default 10)")
     tsyn.add_argument("--seed", type=int, default=0, help="the order mutations are tried in")
     tsyn.add_argument("--workers", type=int, default=2, help="validations run at once")
-    tsyn.set_defaults(func=lambda a: __import__("opd_gym.tasks.synth", fromlist=["x"])
-                      .synth_command(a.source, a.output, a.max, a.seed, "docker", a.workers))
+    tsyn.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                      help="validate on --workers Ray actors: a local cluster, or the one at "
+                      "ADDRESS (auto, host:port, ray://...); the same tasks as without")
+    tsyn.set_defaults(func=lambda a: __import__("opd_gym.tasks.synth_cli", fromlist=["x"])
+                      .synth_command(a.source, a.output, a.max, a.seed, "docker", a.workers,
+                                     ray=a.ray is not None,
+                                     address=None if a.ray in (None, "local") else a.ray))
     tcheck = tsub.add_parser("check-suite", help="grade projects' own test suites (sdists) "
                              "and compare every test id with plain pytest: a table")
     tcheck.add_argument("sdists", nargs="+", metavar="SDIST",

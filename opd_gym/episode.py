@@ -232,6 +232,9 @@ class Episode:
                 info["grade"] = self.grade.to_dict()
                 if self.task.repo is not None:  # each test's kind: FAIL_TO_PASS/PASS_TO_PASS
                     self.task.repo.mark_tests(info["grade"])
+                    level = self.task.metadata.get("difficulty")
+                    if isinstance(level, dict):  # a synthesized task's, shown in the report
+                        info["grade"]["difficulty"] = dict(level)
                 if self.snapshot_skipped_count:
                     # what the grade could not see is part of the grade, never a silent 0
                     info["grade"]["not_carried"] = list(self.snapshot_skipped)

@@ -70,7 +70,8 @@ esac
 
 # 4. Pinned downloads, verified by sha256 and cached so that everything after is offline: the
 # wheels the sandbox image installs (pytest 8 and friends; skipped when the cache already
-# holds this requirements file's set) and the library sdists the grading-fidelity test grades.
+# holds this requirements file's set) and the library sdists the grading-fidelity test grades
+# and repository-task synthesis mutates (`PINNED` in opd_gym/tasks/libraries.py).
 wheels=${OPD_GYM_SANDBOX_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/opd_gym/sandbox-wheels}
 reqs=sandbox/grading-requirements.txt
 if [ "$(cat "$wheels/.requirements.sha256" 2>/dev/null)" != "$(sha256sum < "$reqs")" ]; then

@@ -15,7 +15,9 @@ FAIL_TO_PASS ids fail them again (an id that changes is flaky: dropped, never sc
 (c) at least one FAIL_TO_PASS test has a canary candidate
 (`opd_gym.grading.canary.make_canaries`): a task none of whose tests has a canary cannot earn.
 Mutants that break collection, time out, or leave nothing failing are discarded, with the
-reason recorded in the progress file.
+reason recorded in the progress file. Mutants are validated in parallel, by threads of this
+process or by Ray actors (`opd_gym.tasks.synth_workers`), handed out in schedule order so that
+any number of workers keeps the tasks a serial run keeps.
 
 The test split, as in SWE-bench: PASS_TO_PASS is every id that passes on the original tree
 in all its runs and on the mutant in all of its, less the ids validation found flaky, so every
@@ -52,15 +54,15 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 from opd_gym import pyast
 from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
-from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
+from opd_gym.tasks.libraries import PINNED, Library, unpack
 from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.pytest_config import read_pytest_config
 from opd_gym.tasks.statements import statement_problems, write_report
@@ -189,7 +191,7 @@ def project_from_sdist(path: Path) -> Project:
 
 def resolve_project(source: str) -> Project:
     """An sdist path, a library name from libraries.py, or a local project folder."""
-    for lib in LIBRARIES:
+    for lib in PINNED:
         if lib.name == source:
             return project_from_library(lib)
     path = Path(source)
@@ -197,7 +199,7 @@ def resolve_project(source: str) -> Project:
         return project_from_dir(path)
     if path.is_file() and path.name.endswith(".tar.gz"):
         return project_from_sdist(path)
-    known = ", ".join(lib.name for lib in LIBRARIES)
+    known = ", ".join(lib.name for lib in PINNED)
     raise DatasetError(f"{source!r} is neither an sdist (.tar.gz), a project folder, nor a "
                        f"known library ({known})")
 
@@ -206,7 +208,7 @@ def project_from_source(source: Mapping[str, str]) -> Project:
     """The project a manifest's `source` record names (checked against its hash if any)."""
     kind = source.get("kind")
     if kind == "library":
-        for lib in LIBRARIES:
+        for lib in PINNED:
             if lib.name == source.get("name"):
                 return project_from_library(lib)
         raise DatasetError(f"unknown library {source.get('name')!r} in a manifest")
@@ -1083,6 +1085,8 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
     original = text[mutation.path]
     text[mutation.path] = mutation.apply(original)
     files, note = working_copy(project, text)
+    level = record.get("difficulty") or difficulty(mutation, record["fail_to_pass"],
+                                                   record.get("failures", 0))
     return Task(
         id=record.get("id") or task_id(project.name, mutation),
         prompt=record["statement"] + note,
@@ -1093,7 +1097,7 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
         difficulty="hard",
         tags=("repo", "synthesized", project.name),
         metadata={"library": project.name, "version": project.version,
-                  "dropped_binaries": dropped},
+                  "dropped_binaries": dropped, "difficulty": dict(level)},
         pytest_ini=project.ini,
         repo=RepoInfo(name=project.name, fail_to_pass=tuple(record["fail_to_pass"]),
                       pass_to_pass=tuple(record["pass_to_pass"]), synthesized=True),
@@ -1153,13 +1157,92 @@ class Progress:
         return [r for (p, _), r in self.rows.items() if p == project]
 
 
+# -- who validates mutants: threads of this process (Ray actors: synth_workers) --
+class Validators(Protocol):
+    """A set of workers that validate mutants: `slots` at once, results in any order."""
+
+    slots: int
+
+    def submit(self, project: Project, base: Baseline, mutation: Mutation) -> Any:
+        """Start validating `mutation`; returns a handle for `wait`."""
+        ...
+
+    def wait(self, handles: Sequence[Any]) -> list[tuple[Any, Verdict | None]]:
+        """Block until at least one handle is done; its (handle, verdict) pairs."""
+        ...
+
+    def release(self, project: Project) -> None:
+        """Give back the sandboxes holding `project` (its mutants are all validated)."""
+        ...
+
+    def close(self) -> None:
+        """Stop the workers and give their sandboxes back."""
+        ...
+
+
+class ThreadValidators:
+    """`workers` threads of this process, sharing one sandbox pool (the default backend)."""
+
+    def __init__(self, pool: Any, workers: int) -> None:
+        self.pool, self.slots = pool, max(workers, 1)
+        self._executor = ThreadPoolExecutor(max_workers=self.slots,
+                                            thread_name_prefix="opd-synth")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._benches: list[Bench] = []
+
+    def _bench(self, project: Project) -> Bench:
+        """This thread's bench for `project` (made on first use)."""
+        benches = self._local.__dict__.setdefault("benches", {})
+        if project.name not in benches:
+            benches[project.name] = Bench(project, self.pool)
+            with self._lock:
+                self._benches.append(benches[project.name])
+        return benches[project.name]
+
+    def release(self, project: Project) -> None:
+        """Close every thread's bench of `project` (none of its mutants is in flight)."""
+        with self._lock:
+            for bench in self._benches:
+                if bench.project.name == project.name:
+                    bench.close()
+
+    def _one(self, project: Project, base: Baseline, mutation: Mutation) -> Verdict | None:
+        bench = self._bench(project)
+        try:
+            return validate_mutation(project, base, mutation, self.pool, 0, bench)
+        except SandboxError:  # our machinery failed, not the mutant
+            bench.close()
+            return None
+
+    def submit(self, project: Project, base: Baseline, mutation: Mutation) -> Future:
+        return self._executor.submit(self._one, project, base, mutation)
+
+    def wait(self, handles: Sequence[Future]) -> list[tuple[Future, Verdict | None]]:
+        done, _ = wait(handles, return_when=FIRST_COMPLETED)
+        return [(f, f.result()) for f in handles if f in done]
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        for bench in self._benches:
+            bench.close()
+        self._benches.clear()
+
+
+
 def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, seed: int = 0,
                max_tries: int | None = None, workers: int = 2,
-               on_verdict: Callable[[Verdict | None], None] | None = None) -> list[dict]:
+               on_verdict: Callable[[Verdict | None], None] | None = None,
+               validators: Any = None) -> list[dict]:
     """Validate mutations of `project` in schedule order until `max_tasks` are kept.
 
-    Tried mutations are logged to `progress` (and skipped when the run resumes). Returns the
-    kept records of this project, resumed ones included, in schedule order.
+    Mutations are handed to `validators` (`opd_gym.tasks.synth_workers`: threads sharing
+    `pool` by default, or Ray actors) in schedule order, at most its `slots` at a time, and
+    every one handed out is waited for: the mutations validated are always a prefix of the
+    schedule, so the records kept are those of a serial run with the same seed, whatever
+    the number of workers. Tried mutations are logged to `progress` (and skipped when the
+    run resumes). Returns the kept records of this project, resumed ones included, in
+    schedule order; `pool` runs the original suite (the baseline).
     """
     order = schedule(find_mutations(project), seed)
     progress.reload()
@@ -1167,51 +1250,18 @@ def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, 
     todo = [m for m in order if not progress.seen(project.name, m.key)]
     if max_tries is not None:
         todo = todo[:max_tries]
-    base = baseline(project, pool) if len(kept) < max_tasks and todo else None
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    local = threading.local()
-    benches: list[Bench] = []
-
-    def one(mutation: Mutation) -> None:
-        progress.reload()  # another process may have tried it meanwhile
-        if stop.is_set() or progress.seen(project.name, mutation.key):
-            return
-        if not hasattr(local, "bench"):
-            local.bench = Bench(project, pool)
-            with lock:
-                benches.append(local.bench)
-        assert base is not None
+    if len(kept) < max_tasks and todo:
+        base = baseline(project, pool)
+        own = validators is None
+        runner = ThreadValidators(pool, workers) if own else validators
         try:
-            # The PASS_TO_PASS sample is seeded apart from the schedule: whatever order finds
-            # a bug, its test split is the same (and revalidation reproduces it).
-            verdict = validate_mutation(project, base, mutation, pool, 0, local.bench)
-        except SandboxError:  # our machinery failed, not the mutant: not logged, retried later
-            local.bench.close()
-            return
-        row: dict[str, Any] = {"project": project.name, "key": mutation.key,
-                               "kept": verdict.kept, "reason": verdict.reason,
-                               "wall": round(verdict.wall, 3)}
-        if verdict.kept:
-            row["record"] = verdict_record(project, verdict)
-            row["messages"] = list(verdict.messages)
-        progress.add(row)
-        with lock:
-            if verdict.kept:
-                kept.add(mutation.key)
-            if len(kept) >= max_tasks:
-                stop.set()
-        if on_verdict is not None:
-            on_verdict(verdict)
-
-    if base is not None:
-        try:
-            with ThreadPoolExecutor(max_workers=max(workers, 1)) as executor:
-                list(executor.map(one, todo))
+            _validate_in_order(project, base, todo, runner, progress, kept, max_tasks,
+                               on_verdict)
         finally:
-            for bench in benches:
-                bench.close()
+            if own:
+                runner.close()
+            else:  # shared by several projects: this one's sandboxes go back now
+                runner.release(project)
     rows = {r["key"]: r for r in progress.of(project.name)}
     records = []
     for mutation in order:
@@ -1228,6 +1278,38 @@ def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, 
             continue  # no report passes the checker: not a task
         records.append(record)
     return records[:max_tasks]
+
+
+def _validate_in_order(project: Project, base: Baseline, todo: Sequence[Mutation],
+                       runner: Any, progress: Progress, kept: set[str], max_tasks: int,
+                       on_verdict: Callable[[Verdict | None], None] | None) -> None:
+    """Hand `todo` out in order to `runner` until `max_tasks` are kept, logging each verdict
+    (a verdict of None, the machinery failing, is not logged: a later run retries it)."""
+    pending = iter(todo)
+    in_flight: dict[Any, Mutation] = {}
+    while True:
+        while len(in_flight) < runner.slots and len(kept) < max_tasks:
+            mutation = next(pending, None)
+            if mutation is None:
+                break
+            progress.reload()  # another process may have tried it meanwhile
+            if not progress.seen(project.name, mutation.key):
+                in_flight[runner.submit(project, base, mutation)] = mutation
+        if not in_flight:
+            return
+        for handle, verdict in runner.wait(list(in_flight)):
+            mutation = in_flight.pop(handle)
+            if verdict is not None:
+                row: dict[str, Any] = {"project": project.name, "key": mutation.key,
+                                       "kept": verdict.kept, "reason": verdict.reason,
+                                       "wall": round(verdict.wall, 3)}
+                if verdict.kept:
+                    row["record"] = verdict_record(project, verdict)
+                    row["messages"] = list(verdict.messages)
+                    kept.add(mutation.key)
+                progress.add(row)
+            if on_verdict is not None:
+                on_verdict(verdict)
 
 
 def write_manifest(path: Path, project: Project, records: Sequence[Mapping[str, Any]],
@@ -1293,57 +1375,3 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise DatasetError(f"{path}: manifest version {data.get('version')!r}, "
                            f"expected {MANIFEST_VERSION}")
     return data
-
-
-# -- the `tasks synth` command -----------------------------------------------------------
-def synth_command(source: str, output: str | None, max_tasks: int, seed: int,
-                  sandbox: str = "docker", workers: int = 2,
-                  max_tries: int | None = None) -> int:
-    """`opd-gym tasks synth SOURCE`: validated tasks into a manifest, with a progress bar."""
-    import sys
-
-    if max_tasks < 1:
-        print("opd-gym tasks synth: --max must be at least 1", file=sys.stderr)
-        return 2
-    try:
-        project = resolve_project(source)
-    except DatasetError as exc:
-        print(f"opd-gym tasks synth: {exc}", file=sys.stderr)
-        return 2
-    out = Path(output or f"{project.name}-synth.json")
-    progress = Progress(out.with_name(out.name + ".progress.jsonl"))
-    from tqdm import tqdm
-
-    from opd_gym.sandboxes import make_pool
-
-    bar = tqdm(total=max_tasks, unit="task", desc=f"{project.name}: kept", dynamic_ncols=True)
-    tried = [0]
-
-    def tick(verdict: Verdict | None) -> None:
-        tried[0] += 1
-        if verdict is not None and verdict.kept and bar.n < max_tasks:
-            bar.update(1)  # a worker may keep one more after the last needed: never past max
-        bar.set_postfix(tried=tried[0])
-
-    started = time.perf_counter()
-    try:
-        pool = make_pool(sandbox, size=max(workers, 1))
-    except Exception as exc:
-        print(f"opd-gym tasks synth: no sandbox: {exc}", file=sys.stderr)
-        return 2
-    try:
-        records = synthesize(project, pool, progress, max_tasks, seed, max_tries, workers,
-                             on_verdict=tick)
-    except DatasetError as exc:
-        print(f"opd-gym tasks synth: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        pool.close()
-        bar.close()
-    rows = progress.of(project.name)
-    write_manifest(out, project, records, {"tried": len(rows),
-                                           "kept": sum(bool(r.get("kept")) for r in rows),
-                                           "seed": seed})
-    print(f"{len(records)} task(s) from {len(rows)} mutation(s) tried in "
-          f"{time.perf_counter() - started:.0f} s -> {out}")
-    return 0 if records else 1

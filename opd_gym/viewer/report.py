@@ -310,12 +310,45 @@ def _grade(grade: dict[str, Any]) -> str:
         rows.append(f'<tr><td><span class="badge {cls}">{esc(outcome)}</span>{kind}</td>'
                     f'<td class="mono">{esc(test.get("name", "?"))}</td><td>{message}</td></tr>')
     table = f'<table class="tests">{"".join(rows)}</table>' if rows else ""
+    split = _split(as_list(grade.get("tests")))
+    level = _difficulty(grade.get("difficulty"))
     output = ""
     if grade.get("output"):
         output = (f'<details><summary class="muted">test run output</summary>'
                   f'{pre(str(grade["output"]))}</details>')
     return (f'<div class="grade card"><div class="h">{esc(title)} {"".join(notes)}</div>'
-            f"{table}{output}</div>")
+            f"{split}{level}{table}{output}</div>")
+
+
+def _split(tests: list[Any]) -> str:
+    """A repository task's outcome per side of its test split: how many FAIL_TO_PASS tests
+    now pass (the fix) and how many PASS_TO_PASS tests still pass (no regression)."""
+    chips = []
+    for kind, short in (("FAIL_TO_PASS", "F2P"), ("PASS_TO_PASS", "P2P")):
+        marked = [t for t in tests if isinstance(t, dict) and t.get("kind") == kind]
+        if not marked:
+            continue
+        passed = sum(t.get("outcome") == "passed" for t in marked)
+        cls = "pass" if passed == len(marked) else "fail"
+        chips.append(f'<span class="chip split {short.lower()}">{kind} <b>{passed}/'
+                     f'{len(marked)}</b> passed <span class="badge {cls}">{short}</span></span>')
+    return f'<div class="meta split">{"".join(chips)}</div>' if chips else ""
+
+
+def _difficulty(level: Any) -> str:
+    """A synthesized task's recorded difficulty: the kind(s) of change, the lines it touches,
+    its FAIL_TO_PASS count and how many tests failed on the bug (before the F2P cap)."""
+    if not isinstance(level, dict):
+        return ""
+    kinds = ", ".join(str(k) for k in as_list(level.get("kinds")))
+    chips = [chip("difficulty")]
+    for key, label in (("lines_changed", "lines changed"), ("fail_to_pass", "FAIL_TO_PASS"),
+                       ("tests_failing", "tests failing")):
+        if key in level:
+            chips.append(chip(label, fmt(level[key])))
+    if kinds:
+        chips.append(chip("kind", kinds))
+    return f'<div class="meta difficulty">{"".join(chips)}</div>'
 
 
 def render_diff(diff: dict[str, Any] | None) -> str:

@@ -8,11 +8,11 @@ from pathlib import PurePosixPath
 import pytest
 
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.libraries import LIBRARIES, library, sdist_cache, sdist_path, unpack
+from opd_gym.tasks.libraries import PINNED, library, sdist_cache, sdist_path, unpack
 from opd_gym.tasks.pytest_config import read_pytest_config
 
 
-@pytest.mark.parametrize("name", [lib.name for lib in LIBRARIES])
+@pytest.mark.parametrize("name", [lib.name for lib in PINNED])
 def test_unpack_splits_the_suite_from_the_code(name):
     lib = library(name)
     source = unpack(lib)

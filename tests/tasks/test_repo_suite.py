@@ -258,3 +258,18 @@ def test_a_fix_that_breaks_a_passing_test_elsewhere_scores_below_one(tasks):
     failing = names([t.name for t in regressed.tests if t.outcome != "passed"])
     assert failing & names(task.repo.pass_to_pass), sorted(failing)[:5]
     assert not failing & names(task.repo.fail_to_pass)
+
+
+
+def test_the_scale_suite_draws_on_twenty_pinned_libraries():
+    """The libraries a 1,000-task suite is generated from (issue 30 point 5): at least 20
+    distinct pinned sdists (tests/tasks/test_libraries.py unpacks each offline), none of the
+    fidelity libraries synthesis cannot run as pinned, every added pin among them."""
+    from opd_gym.tasks.libraries import PINNED, SCALE_LIBRARIES
+    from opd_gym.tasks.repo_suite import SCALE_SUITE
+
+    assert len(set(SCALE_SUITE)) == len(SCALE_SUITE) >= 20
+    assert set(SCALE_SUITE) <= {lib.name for lib in PINNED}
+    assert {lib.name for lib in SCALE_LIBRARIES} <= set(SCALE_SUITE)
+    assert not {"cachetools", "semver", "isodate"} & set(SCALE_SUITE)
+    assert len({lib.sha256 for lib in PINNED}) == len(PINNED)
