@@ -4,7 +4,11 @@ many hidden tests there are, how many get a canary, and how many of those are an
 solution's values), i.e. would earn. Static (make_canaries only, no Docker): the earning
 fraction before calibration, which may still make a test a gate (a starter that passes it,
 a canary the reference passes). The last column counts the tasks with a sentinel site (issue 29,
-point 2: what stops a split between grading runs; sentinel.py).
+point 2: what stops a split between grading runs; sentinel.py). The `held` column counts the
+answer-safe tests that also hold an equality site the host can keep (held.py); with
+`Grader(hold=True)` a task with such a test earns only through them (held-only tasks), the
+others keep the canary scheme: `earn % (hold)` (static: calibration may still drop a site the
+reference's value does not meet as plain data, or one its earning tests lack).
 
     python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
 
@@ -20,6 +24,7 @@ from pathlib import Path
 from opd_gym.grading.canary import make_canaries
 from opd_gym.grading.expected import test_paths
 from opd_gym.grading.grader import seed_for, solution_modules, task_key
+from opd_gym.grading.held import candidates
 from opd_gym.grading.sentinel import sentinel_sites
 from opd_gym.tasks import Task, load_suite, load_tasks
 
@@ -33,9 +38,12 @@ def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
     for task in tasks:
         canaries = make_canaries(task.tests, test_paths(task), seed_for(b"bench", task_key(task)),
                                  solution_modules=solution_modules(task))
-        safe = [c for c in canaries.canaries.values() if c.earns]
+        safe = [t for t, c in canaries.canaries.items() if c.earns]
+        holdable = candidates(task.tests, test_paths(task))
+        held = [t for t in safe if t in holdable]
         total.update(tasks=1, tests=len(canaries.tests), canaried=len(canaries.canaries),
-                     safe=len(safe), verifiable=bool(safe),
+                     safe=len(safe), verifiable=bool(safe), held=len(held),
+                     held_verifiable=bool(held), with_hold=len(held) if held else len(safe),
                      sentinel=bool(sentinel_sites(task.tests, test_paths(task))))
         reasons.update(c.why.split("` ", 1)[-1].split(" (")[0]
                        for c in canaries.canaries.values() if not c.earns)
@@ -63,18 +71,21 @@ def main() -> None:
         sample = repo[:args.repo_sample] if args.repo_sample else repo
         suites[f"repo ({len(sample)} of {len(repo)})"] = sample
     print(f"| {'suite':28} | tasks | tests | canaried | answer-safe | earn % | verifiable "
-          f"| sentinel |")
+          f"| sentinel | held | held-only tasks | earn % (hold) |")
     print(f"|{'-' * 30}|------:|------:|---------:|------------:|-------:|-----------:"
-          f"|---------:|")
+          f"|---------:|-----:|----------------:|--------------:|")
     why: Counter[str] = Counter()
     for name, tasks in suites.items():
         total, reasons = counts(tasks)
         why.update(reasons)
         share = 100 * total["safe"] / total["tests"] if total["tests"] else 0.0
         verifiable = f"{total['verifiable']} of {total['tasks']}"
+        after = 100 * total["with_hold"] / total["tests"] if total["tests"] else 0.0
+        held_only = f"{total['held_verifiable']} of {total['tasks']}"
         print(f"| {name:28} | {total['tasks']:5} | {total['tests']:5} | {total['canaried']:8} "
               f"| {total['safe']:11} | {share:5.1f}% | {verifiable:>10} "
-              f"| {total['sentinel']:8} |")
+              f"| {total['sentinel']:8} | {total['held']:4} | {held_only:>15} "
+              f"| {after:12.1f}% |")
     print("\ncanaried tests that only gate, by reason:")
     for reason, count in why.most_common():
         print(f"  {count:5}  {reason}")

@@ -101,6 +101,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per task and side")
     parser.add_argument("--tasks", default="", help="comma-separated task ids (default: all)")
+    parser.add_argument("--hold", action="store_true",
+                        help="host-held expectations (Grader(hold=True), opd_gym/grading/held.py)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     suite = list(load_suite("coding"))
@@ -108,7 +110,7 @@ def main() -> None:
         wanted = set(args.tasks.split(","))
         suite = [t for t in suite if t.id in wanted]
     pool = make_pool("docker", size=2)
-    grader = Grader(pool)
+    grader = Grader(pool, hold=args.hold)
     rows: list[tuple[str, dict[str, float]]] = []
     print(f"{'task':<24} {'grade s':>8} {'plain s':>8} {'ratio':>6} {'calibrate s':>12}",
           flush=True)

@@ -23,7 +23,9 @@ own uid (Docker: the agent's uid + 1 + its index; neither owns the workspace, wh
 to them while grading), clears its environment, enters the tree and calls `pytest.main` with
 the task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
 `--continue-on-collection-errors` (and, given `select`, only those node ids). A small plugin
-writes one JSON line per started and per finished test to an inherited pipe (fd 3). When a
+writes one JSON line per started and per finished test to an inherited pipe (fd 3); a held
+expectation (`opd_grading.hold`, opd_gym/grading/held.py) writes the canonical form of the
+solution's value there too, which the harness files under the test running. When a
 variant has exited or passed its timeout (it is killed), every process of its uid is killed
 and, as that uid, everything it left in the shared writable places (/tmp, /dev/shm,
 /dev/mqueue) and its System V IPC objects are removed, before the next variant starts: two
@@ -46,6 +48,9 @@ OUTPUT_TAIL = 8000
 MESSAGE_CHARS = 500
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 RESULT_FD = 3
+HELD_CHARS = 1 << 16  # the longest held value read (opd_grading.canonical caps it too)
+MAX_HELD = 64  # held values kept per test
+MAX_HELD_CHARS = 2 << 20  # held value characters kept per variant (the verdict stays small)
 DROPPED_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
 RESERVED_DIR = ".opd_grade"  # the host's own folder in the workspace (bwrap/local launches)
 MAX_DEPTH = 256  # as deep as the workspace snapshot carries (sandbox/agentd.py)
@@ -56,6 +61,7 @@ Installed by the opd_gym grading harness ahead of the test tree; everything runs
 own process and uid, relative to the tree (a copy of the agent's workspace).
 """
 
+import json
 import os
 import pathlib
 import select
@@ -225,6 +231,103 @@ def exists(path):
 def scratch_dir():
     """A fresh, empty, writable directory outside the workspace (for input files)."""
     return pathlib.Path(tempfile.mkdtemp(prefix="scratch-"))
+
+
+HELD_CHARS = 1 << 16  # the longest canonical form emitted (longer: not comparable)
+_SCALARS = (bool, int, float, complex, str, bytes)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def canonical(value):
+    """(repr of the value as builtin data, whether it already was plain builtin data).
+
+    Bools, ints, floats, complex, str, bytes and None as they are; lists, tuples, dicts, sets
+    and frozensets (a set repr: equal to its frozenset) recursively; a subclass of one of
+    those reduced through its BASE type's own methods (an int or str Enum, a namedtuple);
+    other numbers through `numbers` (int, float, complex). Anything else is no value: the
+    held comparison fails. The host reads the repr with `ast.literal_eval`.
+    """
+    plain = [True]
+    size = [0]
+
+    def number(x):  # a float as a literal: inf as 1e999; nan equals nothing
+        if x != x:
+            raise _TooBig
+        return repr(x) if x not in (float("inf"), float("-inf")) else repr(x)[:-3] + "1e999"
+
+    def text(part):
+        size[0] += len(part)
+        if size[0] > HELD_CHARS:
+            raise _TooBig
+        return part
+
+    def walk(v, depth):
+        if depth > 100:
+            raise _TooBig
+        kind = type(v)
+        if kind is float:
+            return text(number(v))
+        if v is None or kind in _SCALARS:
+            return text(repr(v))
+        if kind not in (list, tuple, dict, set, frozenset):
+            plain[0] = False  # a subclass, or another type: reduced below
+        if isinstance(v, bool):
+            return text(repr(bool.__bool__(v)))
+        if isinstance(v, int):
+            return text(repr(int.__int__(v)))
+        if isinstance(v, float):
+            return text(number(float.__float__(v)))
+        if isinstance(v, complex):
+            return text(repr(complex(complex.real.__get__(v), complex.imag.__get__(v))))
+        if isinstance(v, str):
+            return text(repr(str.__str__(v)))
+        if isinstance(v, bytes | bytearray):
+            return text(repr(bytes(memoryview(v))))
+        if isinstance(v, list | tuple):
+            items = [walk(x, depth + 1) for x in (list.__iter__(v) if isinstance(v, list)
+                                                  else tuple.__iter__(v))]
+            if isinstance(v, list):
+                return text("[") + ", ".join(items) + text("]")
+            return text("(") + ", ".join(items) + ("," if len(items) == 1 else "") + text(")")
+        if isinstance(v, dict):
+            pairs = [walk(k, depth + 1) + ": " + walk(x, depth + 1)
+                     for k, x in dict.items(v)]
+            return text("{") + ", ".join(pairs) + text("}")
+        if isinstance(v, set | frozenset):
+            items = [walk(x, depth + 1) for x in (set.__iter__(v) if isinstance(v, set)
+                                                  else frozenset.__iter__(v))]
+            return text("{" + ", ".join(items) + "}" if items else "set()")
+        import numbers
+
+        if isinstance(v, numbers.Integral):
+            return text(repr(int(v)))
+        if isinstance(v, numbers.Real):
+            return text(number(float(v)))
+        if isinstance(v, numbers.Complex):
+            return text(repr(complex(v)))
+        raise _TooBig
+
+    try:
+        return walk(value, 0), plain[0]
+    except (_TooBig, RecursionError, ValueError, TypeError, OverflowError):
+        return "", False
+
+
+def hold(site, value):
+    """A held expectation: say the canonical form of `value` on the outcome pipe (the host
+    holds the expected value and compares); returns `value` (calibration keeps the assert)."""
+    emitted, plain = canonical(value)
+    line = json.dumps({"held": site, "value": emitted, "plain": plain}) + "\n"
+    view = memoryview(line.encode("utf-8", "surrogatepass"))
+    try:
+        while view:
+            view = view[os.write(3, view):]
+    except OSError:
+        pass
+    return value
 '''
 
 
@@ -309,6 +412,35 @@ class Reporter:
     def pytest_runtest_logfinish(self, nodeid, location):
         outcome, message = outcome_of(self.reports.pop(nodeid, {}))
         self.emit({"id": nodeid, "outcome": outcome, "message": message})
+
+
+def interrupt_fails():
+    """pytest plugin: a KeyboardInterrupt raised while a test runs (setup, call or teardown)
+    fails that test like any other exception instead of ending the session. Under plain pytest
+    an honest suite never lets one escape (`pytest.raises(KeyboardInterrupt)`), but its canary
+    may: the variant would stop and every later test go missing (click's pager tests)."""
+    import pytest
+
+    def guard():
+        try:
+            return (yield)
+        except KeyboardInterrupt as exc:
+            raise RuntimeError(f"KeyboardInterrupt raised in the test: {exc!r}") from None
+
+    class InterruptFails:
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_setup(self, item):
+            return (yield from guard())
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(self, item):
+            return (yield from guard())
+
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_teardown(self, item):
+            return (yield from guard())
+
+    return InterruptFails()
 
 
 def pristine_docstrings(source):
@@ -472,7 +604,7 @@ def run_variant(command, out_fd, result_fd):
         import pytest
 
         reporter = Reporter(RESULT_FD, command.get("select"))
-        plugins = [reporter]
+        plugins = [reporter, interrupt_fails()]
         if command.get("doctests"):
             plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
         code = int(pytest.main(list(command["pytest_args"]), plugins=plugins))
@@ -952,6 +1084,9 @@ class Variant:
         self.order = []
         self.collect_errors = []
         self.running = {}  # started, not finished: what a killed variant was running
+        self.current = None  # the test started last and not finished: held values are its
+        self.held = {}  # node id -> [[site, canonical value, plain]] (host-held expectations)
+        self.held_chars = 0
         self.exit = None
 
     def feed_output(self, chunk):
@@ -990,10 +1125,22 @@ class Variant:
                 return
             self.tests[nodeid] = (outcome, message)
             self.order.append(nodeid)
+            if self.current == nodeid:
+                self.current = None
         elif "start" in entry:
-            if isinstance(entry["start"], str) and entry["start"] not in self.tests \
-                    and len(self.running) < 100:
-                self.running[entry["start"]] = True
+            if isinstance(entry["start"], str) and entry["start"] not in self.tests:
+                self.current = entry["start"]
+                if len(self.running) < 100:
+                    self.running[entry["start"]] = True
+        elif "held" in entry:
+            site, value, plain = entry.get("held"), entry.get("value"), entry.get("plain")
+            if self.current is None or type(site) is not int or not isinstance(value, str) \
+                    or type(plain) is not bool or len(value) > HELD_CHARS:
+                return
+            held = self.held.setdefault(self.current, [])
+            if len(held) < MAX_HELD and self.held_chars + len(value) <= MAX_HELD_CHARS:
+                self.held_chars += len(value)
+                held.append([site, value, plain])
         elif "collect_error" in entry:
             pair = entry["collect_error"]
             if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
@@ -1004,7 +1151,8 @@ class Variant:
     def verdict(self):
         output = bytes(self.output[-OUTPUT_TAIL:]).decode("utf-8", "replace")
         return {
-            "tests": [{"id": i, "outcome": self.tests[i][0], "message": self.tests[i][1]}
+            "tests": [{"id": i, "outcome": self.tests[i][0], "message": self.tests[i][1],
+                       **({"held": self.held[i]} if i in self.held else {})}
                       for i in self.order],
             "collect_errors": self.collect_errors,
             "exit": self.exit if self.exit is not None else -1,

@@ -18,6 +18,10 @@ run (it fails before the test releases a lock) while the reference passes the re
 dropped and the calibration runs again (at most HUNG_CANARY_RETRIES times): that test becomes
 a gate. No test run, a timeout, an incomplete verdict, or a failed calibration all count as
 failure; the machinery's own failures are flagged infra errors.
+
+With `hold=True` the literal of each calibrated equality site stays on the host (held.py): both
+runs emit the solution's value there and the host compares; where a task holds a test that
+earns, only held tests earn.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from opd_gym.errors import CalibrationError, GradingError
+from opd_gym.grading import held as held_sites
 from opd_gym.grading import launch
 from opd_gym.grading.canary import (
     CanarySet,
@@ -224,9 +229,13 @@ class Grader:
     Thread-safe: concurrent grades of one task share one calibration run.
     """
 
-    def __init__(self, sandboxes: SandboxSource, *, output_chars: int = 2000) -> None:
+    def __init__(self, sandboxes: SandboxSource, *, output_chars: int = 2000,
+                 hold: bool = False) -> None:
+        """`hold`: host-held expectations (held.py): the literal of each calibrated equality
+        site stays on the host, and only tests holding one earn (the others gate)."""
         self.sandboxes = sandboxes
         self.output_chars = output_chars
+        self.hold = hold
         self._secret = os.urandom(32)
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.Lock] = {}
@@ -244,7 +253,8 @@ class Grader:
         try:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries,
-                                             sentinels=calibration.sentinels)
+                                             sentinels=calibration.sentinels,
+                                             held=calibration.held)
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -293,8 +303,12 @@ class Grader:
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
         selected = {base_id(i) for i in task.test_ids or ()}
 
+        probes = held_sites.candidates(hidden_files(task), paths) if self.hold else None
+
         def usable(site: SentinelSite) -> bool:  # a site the test's canary leaves alone
             canary = canaries.canaries.get(site.test_id)
+            if probes and site.test_id in probes and site.kind != "value":
+                return False  # a negated clone of a held assertion would show its literal
             return (not selected or site.test_id in selected) and compatible(
                 site, canary.edits if canary else ())
 
@@ -315,7 +329,7 @@ class Grader:
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
-            task, reference, canaries, "the reference solution", candidates)
+            task, reference, canaries, "the reference solution", candidates, probes)
         if ref_run.reason:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
                                  f"({ref_run.reason}){_collection_errors(ref_run)}",
@@ -324,13 +338,23 @@ class Grader:
         neutral = frozenset(i for i, (o, _) in ref_run.real.items() if o not in PASSING)
         canaries, invalid = self._redraw(task, reference, seed, canaries, ref_run, invalid,
                                          neutral | starter_passed | null_passed)
+        held = None
+        if probes is not None:
+            held = held_sites.calibrated(probes, hidden_files(task), ref_run.probes,
+                                         _passed(ref_run))
+            # a site a canary leaves unholdable (it negates the assertion) is not held
+            variants, _ = build_runs(hidden_files(task), canaries, (), 0)
+            unheld = held_sites.rewrite(variants.files, held, ((), ())).unheld
+            held = {t: s for t, s in held.items() if t not in unheld}
         return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
-                           sentinels=_checked(candidates, (starter_run, null_run, ref_run)))
+                           sentinels=_checked(candidates, (starter_run, null_run, ref_run)),
+                           held=held)
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
-                       what: str, sentinels: tuple[SentinelSite, ...] = ()
+                       what: str, sentinels: tuple[SentinelSite, ...] = (),
+                       probes: Mapping[str, tuple[int, ...]] | None = None
                        ) -> tuple[Merged, CanarySet, tuple[SentinelSite, ...]]:
         """The reference with `canaries` (and clones of all `sentinels`). A canary that hangs
         the run while the reference passes its real test (it failed before the test released
@@ -338,7 +362,7 @@ class Grader:
         (HUNG_CANARY_RETRIES times at most). So does a sentinel whose clone hung it."""
         for attempt in range(HUNG_CANARY_RETRIES + 1):
             run, _ = self._run(task, reference, canaries, calibrating=what, sentinels=sentinels,
-                               count=len(sentinels))
+                               count=len(sentinels), held=probes, probe=True)
             hung = {i for i in run.hung_canaries if run.real.get(i, ("", ""))[0] in PASSING}
             if not run.timed_out or not (hung or run.hung_sentinels) \
                     or attempt == HUNG_CANARY_RETRIES:
@@ -413,9 +437,11 @@ class Grader:
 
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
-             count: int | None = None) -> tuple[Merged, list[str]]:
-        """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`,
-        merged; _Failed before outcomes."""
+             count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
+             probe: bool = False) -> tuple[Merged, list[str]]:
+        """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
+        and the `held` sites held by the host (`probe`: only their values reported), merged;
+        _Failed before outcomes."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
@@ -424,6 +450,10 @@ class Grader:
         # Doctest sources are never laid over the workspace: they go to the harness apart.
         variants, placed = build_runs(hidden_files(task, doctests), canaries, sentinels,
                                       SENTINELS if count is None else count)
+        runs = None
+        if held:
+            runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
+            variants = Variants(runs.files, variants.real_in)
         try:
             sandbox = self.sandboxes.acquire()
         except SandboxError as exc:
@@ -439,7 +469,8 @@ class Grader:
             raise _Failed(reason=f"{what}{exc}", infra_error=True,
                           output=raw[-self.output_chars:].decode("utf-8", "replace")) from None
         expected, exact = self._expected(task)
-        return merge(data, expected, exact, canaries, variants, placed), dropped
+        return merge(data, expected, exact, canaries, variants, placed,
+                     None if probe else runs), dropped
 
     def _copy(self, sandbox: Sandbox, keep: dict[str, bytes], what: str) -> list[str]:
         dropped: list[str] = []

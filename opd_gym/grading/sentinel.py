@@ -27,6 +27,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from opd_gym import pyast
 from opd_gym.grading.canary import (
     _HELPERS,
     _UNITTEST_EQUAL,
@@ -348,8 +349,8 @@ def _shift(edits: Iterable[tuple[int, int, str]], start: int) -> list[tuple[int,
 
 
 def _value(token: str) -> object:
-    try:
-        return ast.literal_eval(token)
+    try:  # parsed under the package's lock (threads grade at once: opd_gym.pyast)
+        return pyast.literal_eval(token)
     except (ValueError, SyntaxError):
         return token
 

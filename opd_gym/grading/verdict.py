@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from opd_gym.errors import GradingError
 from opd_gym.grading.canary import CanarySet, Variants
 from opd_gym.grading.expected import base_id, display_name
+from opd_gym.grading.held import HeldRuns, unmet
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
 from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 
 VERSION = 2
 MAX_TESTS = 100_000
+MAX_HELD = 64  # held values per test (grade_harness.MAX_HELD)
+HELD_FAILED = "a held expectation was not met (the value the host holds for an assertion)"
 
 
 class VerdictError(GradingError, ValueError):
@@ -44,6 +48,11 @@ def _check_variant(data: Any) -> None:
             raise VerdictError("a verdict entry has an unknown shape or outcome")
         _str(entry.get("id"), "a test id")
         _str(entry.get("message", ""), "a test message")
+        held = entry.get("held", [])
+        if not isinstance(held, list) or len(held) > MAX_HELD or not all(
+                isinstance(h, list) and len(h) == 3 and type(h[0]) is int
+                and isinstance(h[1], str) and type(h[2]) is bool for h in held):
+            raise VerdictError("a verdict entry's held values have an unknown shape")
     if not isinstance(data.get("collect_errors", []), list):
         raise VerdictError("the verdict's collect_errors is not a list")
     running = data.get("running", [])
@@ -87,6 +96,9 @@ class Merged:
     sentinel_pairs: list[tuple[Sentinel, str, str, str]] = field(default_factory=list)
     hung_sentinels: frozenset[SentinelSite] = frozenset()  # clones running at a timeout
     missing_sentinels: frozenset[SentinelSite] = frozenset()  # test ran, its clone did not
+    # node id -> the held values (site, canonical value, plain) the run holding the real test
+    # emitted (calibration's probes)
+    probes: dict[str, list[tuple[int, str, bool]]] = field(default_factory=dict)
 
     @property
     def sentinel_forgery(self) -> list[str]:
@@ -95,12 +107,28 @@ class Merged:
                        if a in PASSING and b in PASSING})
 
 
+def _outcome(entry: Mapping[str, Any], expect: Mapping[str, Mapping[int, Any]] | None
+             ) -> tuple[str, str]:
+    """A test's outcome, a pass turned into a failure where a held expectation of it was not
+    met (an xpass into an xfail: the assertion failed, as the test expects)."""
+    outcome, message = entry["outcome"], entry.get("message", "")[:MESSAGE_CHARS]
+    sites = (expect or {}).get(base_id(entry["id"]))
+    if sites and outcome in PASSING:
+        why = unmet([(h[0], h[1], h[2]) for h in entry.get("held", [])], sites)
+        if why is not None:
+            return ("failed" if outcome == "passed" else "xfailed"), \
+                f"{HELD_FAILED}: {why}"[:MESSAGE_CHARS]
+    return outcome, message
+
+
 def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canaries: CanarySet,
-          variants: Variants, sentinels: Placed = ((), ())) -> Merged:
+          variants: Variants, sentinels: Placed = ((), ()), held: HeldRuns | None = None
+          ) -> Merged:
     """Real and canary outcomes from a parsed verdict; `reason` set unless both runs are whole.
 
     `expected` holds base ids (static reading) or, with `exact`, the full node ids a run must
-    report (a task's `test_ids`).
+    report (a task's `test_ids`). `held`: the expectations the host holds per run (a pass
+    that does not meet them is a failure).
     """
     runs = data["variants"]
     merged = Merged()
@@ -119,9 +147,12 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
     by_variant: list[dict[str, tuple[str, str]]] = []
     for index, run in enumerate(runs):
         entries: dict[str, tuple[str, str]] = {}
+        expect = held.expect[index] if held is not None and index < 2 else None
         for entry in run["tests"]:
-            entries.setdefault(entry["id"], (entry["outcome"],
-                                             entry.get("message", "")[:MESSAGE_CHARS]))
+            entries.setdefault(entry["id"], _outcome(entry, expect))
+            if entry.get("held") and variants.real_in.get(base_id(entry["id"]), 0) == index:
+                merged.probes.setdefault(entry["id"], [(h[0], h[1], h[2])
+                                                       for h in entry["held"]])
         _sentinels(merged, entries, sentinels[index] if index < 2 else (), run)
         by_variant.append(entries)
     # every id either run reported: a test missing from one variant (it hung there) still has
@@ -201,7 +232,8 @@ class Calibration:
     emptied: a program that does nothing; gates too); `neutral`: node ids the reference does
     not pass (skipped, xfailed or failing: they neither earn nor fail); `calibrated`: a
     reference solution was run; `reference_ids`: the node ids its run reported;
-    `sentinels`: the sentinel sites grades draw from (sentinel.py).
+    `sentinels`: the sentinel sites grades draw from (sentinel.py); `held`: the sites whose
+    expected value the host holds (held.py, `Grader(hold=True)`).
     """
 
     canaries: CanarySet
@@ -212,6 +244,11 @@ class Calibration:
     null_passed: frozenset[str] = frozenset()
     reference_ids: frozenset[str] = frozenset()
     sentinels: tuple[SentinelSite, ...] = ()  # sites no calibration run passed with its test
+    # host-held expectations (held.py): {test base id: held statement numbers}; where any
+    # test is held, only held tests earn (the others gate); None or empty (the Grader holds
+    # none, or the task has no holdable site, e.g. stdin/stdout cases): every test with a
+    # valid canary may earn, as without held expectations
+    held: Mapping[str, tuple[int, ...]] | None = None
 
     @property
     def earning(self) -> frozenset[str]:
@@ -222,6 +259,18 @@ class Calibration:
         """The test earns: a valid canary, passed by the reference, failed by the starter
         and by the null submission, and every expectation of the test one a canary can
         change (`Canary.earns`: no answer the solution could read from the test)."""
+        if self.held_only and base_id(nodeid) not in (self.held or {}):
+            return False  # no held site: a forged pass of it needs no guess, so it gates
+        return self._earns_unheld(nodeid)
+
+    @cached_property
+    def held_only(self) -> bool:
+        """Only held tests earn: some held test would earn (else the task keeps the canary
+        scheme for all its tests, e.g. stdin/stdout cases, which hold no site)."""
+        return bool(self.held) and any(
+            base_id(i) in (self.held or {}) and self._earns_unheld(i) for i in self.reference_ids)
+
+    def _earns_unheld(self, nodeid: str) -> bool:
         canary = self.canaries.canaries.get(base_id(nodeid))
         return (canary is not None and canary.earns and nodeid not in self.invalid
                 and nodeid not in self.neutral and nodeid not in self.starter_passed

@@ -382,6 +382,44 @@ def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader,
     assert wrong.score == 0.0 and wrong.timed_out and "test_add_in_a_thread" in wrong.reason
 
 
+INTERRUPT_TESTS = '''\
+import pytest
+from calc import add, stop
+
+
+def test_stop_interrupts():
+    with pytest.raises(KeyboardInterrupt):
+        stop()
+
+
+def test_add():
+    assert add(1, 2) == 3
+
+
+def test_add_more():
+    assert add(2, 2) == 4
+'''
+
+
+def test_a_keyboard_interrupt_fails_its_test_and_the_run_goes_on(grader, make_task):
+    """A KeyboardInterrupt escaping a test fails that test and later tests still run, instead
+    of ending the variant: a canary of `pytest.raises(KeyboardInterrupt)` would otherwise stop
+    every later test of its run (click's pager tests), and the task could never calibrate."""
+    solution = "def add(a, b):\n    return a + b\n\n\ndef stop():\n    raise KeyboardInterrupt\n"
+    starter = "def add(a, b):\n    raise NotImplementedError\n\n\ndef stop():\n    pass\n"
+    task = make_task(files={"calc.py": starter}, tests={"test_calc.py": INTERRUPT_TESTS},
+                     solution={"calc.py": solution})
+    report = grader.grade(task, {"calc.py": solution.encode()})
+    assert report.score == 1.0 and report.reason == "", report
+    wrong = solution.replace("return a + b", "raise KeyboardInterrupt")
+    report = grader.grade(task, {"calc.py": wrong.encode()})
+    outcomes = {t.name: t.outcome for t in report.tests}
+    assert outcomes == {"test_calc::test_stop_interrupts": "passed",
+                        "test_calc::test_add": "failed", "test_calc::test_add_more": "failed"}
+    assert report.earned == 1 and not report.infra_error, report  # only stop() is right
+    assert all("KeyboardInterrupt" in t.message for t in report.tests if t.outcome == "failed")
+
+
 def test_test_ids_select_a_subset_of_the_hidden_file(grader, make_task):
     ids = ("test_calc.py::test_small", "test_calc.py::test_zero")
     task = make_task(test_ids=ids, tests={"test_calc.py": CALC_TESTS_WITH_A_BROKEN_ONE})
