@@ -78,6 +78,12 @@ def test_dataset_tasks_repeat_and_resume(vllm_server, tmp_path, record_property)
           f"= {worst:.2e} over {tokens} tokens in {sum(r.length for r in rows)} turns")
     assert worst <= CONTROL_TOL
     assert RunDirectory(out).read_summary()["episodes"] == 3
+    # the report (written by the rollout) and a trainer export read the harness's run as any
+    assert "FixtureEval/1" in (out / "report.html").read_text()
+    exported = tmp_path / "trl.jsonl"
+    assert cli.main(["export", str(out), "--to", "trl", "--out", str(exported)]) == 0
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert len(lines) == sum(r.length for r in rows)
 
 
 @pytest.mark.ray
