@@ -64,13 +64,7 @@ class HarnessPolicy:
     def act(self, observation: str, info: Mapping[str, Any]) -> Any:
         """The harness's next model turn as a token-exact action (after handing it the last
         step's info)."""
-        if self._waiting:
-            self._waiting = False
-            self._infos.put(dict(info))
-        try:
-            kind, value = self._actions.get(timeout=self.timeout)
-        except queue.Empty:
-            raise HarnessError(f"mini-swe-agent ran no command for {self.timeout:g} s") from None
+        kind, value = self._next(info, f"ran no command for {self.timeout:g} s")
         if kind == "action":
             self._waiting = True
             return value
@@ -79,18 +73,23 @@ class HarnessPolicy:
         raise HarnessError(f"mini-swe-agent stopped ({value.get('exit_status')}) before the "
                            "env ended the episode")
 
-    def finish_episode(self, info: Mapping[str, Any]) -> dict[str, Any]:
-        """The row's `harness` notes (exit status, model calls, per-turn notes), as the
-        Python runner's rows carry them: the last step's info is handed back and the harness
-        is waited for until it stops."""
+    def _next(self, info: Mapping[str, Any], late: str) -> tuple[str, Any]:
+        """Hand the harness the last step's info (if it waits for one), then take its next
+        message; `late` says what it failed to do within the timeout."""
         if self._waiting:
             self._waiting = False
             self._infos.put(dict(info))
         try:
-            kind, value = self._actions.get(timeout=self.timeout)
+            return self._actions.get(timeout=self.timeout)
         except queue.Empty:
-            raise HarnessError(f"mini-swe-agent did not stop within {self.timeout:g} s after "
-                               "the episode ended") from None
+            raise HarnessError(f"mini-swe-agent {late}") from None
+
+    def finish_episode(self, info: Mapping[str, Any]) -> dict[str, Any]:
+        """The row's `harness` notes (exit status, model calls, per-turn notes), as the
+        Python runner's rows carry them: the last step's info is handed back and the harness
+        is waited for until it stops."""
+        kind, value = self._next(
+            info, f"did not stop within {self.timeout:g} s after the episode ended")
         if kind == "action":  # a command after the end: the env is done, it is not run
             self._stop_thread()
             return {"harness": {"name": self.runner.name, "exit_status": "EpisodeEnded",
