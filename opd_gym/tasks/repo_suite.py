@@ -14,6 +14,10 @@ Regenerate or grow the suite (resumable: tried mutations are logged in the progr
 `--ray` validates on `--workers` Ray actors (a local cluster, or the one at ADDR, each node
 with setup's sdist cache and the sandbox image), with the same tasks as a serial run.
 
+Add tasks generated elsewhere (another machine, a `--out` manifest) to the suite:
+
+    python -m opd_gym.tasks.repo_suite merge OTHER.json [...]
+
 Validate every committed task again in the sandbox image (the whole-suite check):
 
     python -m opd_gym.tasks.repo_suite validate [--sample N]
@@ -23,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
+import os
 import random
 import sys
 import time
@@ -44,6 +50,7 @@ from opd_gym.tasks.synth import (
     Project,
     baseline,
     build_task,
+    compact_records,
     project_from_library,
     read_manifest,
     synthesize,
@@ -109,12 +116,35 @@ def can_earn(task: Task) -> bool:
 @functools.cache
 def _earning_tests(tests: tuple[tuple[str, str], ...], modules: frozenset[str]
                    ) -> frozenset[str]:
-    """The tests of a suite whose canary may earn (the same for every bug of one library)."""
+    """The tests of a suite whose canary may earn (the same for every bug of one library).
+
+    Kept on disk beside setup's sdists too (a second or so per library, paid once per
+    machine, not once per process), keyed by the suite, the modules and the canary code, so
+    a change to either computes it again."""
+    from opd_gym.grading import canary
+    from opd_gym.tasks.libraries import sdist_cache
+
+    key = hashlib.sha256(json.dumps(
+        [Path(canary.__file__).read_text(encoding="utf-8"), tests, sorted(modules)]
+    ).encode("utf-8")).hexdigest()
+    cached = sdist_cache().parent / "earning" / f"{key}.json"
+    try:
+        return frozenset(json.loads(cached.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        pass
     sources = dict(tests)
     paths = [p for p in sources if p.endswith(".py")
              and (p.rpartition("/")[2].startswith("test_") or p.endswith("_test.py"))]
     canaries = make_canaries(sources, paths, 0, solution_modules=modules)
-    return frozenset(t for t, c in canaries.canaries.items() if c.earns)
+    earning = frozenset(t for t, c in canaries.canaries.items() if c.earns)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(sorted(earning)), encoding="utf-8")
+        partial.replace(cached)
+    except OSError:
+        pass  # a read-only cache: computed again next time
+    return earning
 
 
 def load_repo_suite() -> list[Task]:
@@ -131,13 +161,15 @@ def _progress_path() -> Path:
 def generate(per_library: int = PER_LIBRARY, workers: int = 2,
              libraries: Sequence[str] = SUITE_LIBRARIES, out: Path | None = None,
              rebuild: bool = False, order_seed: int = SEED, ray: bool = False,
-             address: str | None = None) -> Path:
+             address: str | None = None, max_tries: int | None = None) -> Path:
     """Synthesize and validate tasks per library, then write the manifest (resumable).
 
     `rebuild`: validate nothing new, write the manifest from the progress file alone.
     `order_seed`: the order mutations are tried in (another seed lets a second process work
     on the same library without trying the same mutations at the same time).
     `ray`/`address`: validate on `workers` Ray actors instead of threads of this process.
+    `max_tries`: at most this many new mutations per library in this run (a library whose
+    bugs seldom reach an earning test stops there instead of trying all of its mutations).
     """
     from tqdm import tqdm
 
@@ -167,7 +199,7 @@ def generate(per_library: int = PER_LIBRARY, workers: int = 2,
                         bar.update(1)
 
                 kept = synthesize(project, pool, progress, wanted, order_seed, workers=workers,
-                                  max_tries=0 if rebuild else None, on_verdict=tick,
+                                  max_tries=0 if rebuild else max_tries, on_verdict=tick,
                                   validators=validators)
             rows = progress.of(name)
             projects[name] = {"version": project.version, "source": dict(project.source),
@@ -185,6 +217,7 @@ def generate(per_library: int = PER_LIBRARY, workers: int = 2,
 
 def _write(out: Path, projects: dict[str, Any], records: list[dict]) -> None:
     """JSON with one line per task, so a regenerated suite diffs task by task."""
+    projects, records = compact_records(projects, records)
     head = json.dumps({"version": MANIFEST_VERSION, "seed": SEED, "projects": projects},
                       indent=1, sort_keys=True)
     rows = ",\n".join(json.dumps(r, sort_keys=True, separators=(",", ":"))
@@ -194,6 +227,34 @@ def _write(out: Path, projects: dict[str, Any], records: list[dict]) -> None:
     tmp.write_text(head[:-1].rstrip() + ',\n "tasks": [\n' + rows + "\n]}\n", encoding="utf-8")
     json.loads(tmp.read_text(encoding="utf-8"))  # well-formed before it replaces the old one
     tmp.replace(out)
+
+
+def merge(others: Sequence[Path], out: Path | None = None) -> tuple[Path, int]:
+    """Add the tasks of other manifests of this suite (generated elsewhere: another machine,
+    another `--order-seed`, a `--out`) to the committed one; a task id already there keeps
+    its record, and a project must be at the same version. Returns (path, tasks added)."""
+    out = out or manifest_path()
+    data = read_manifest(out)
+    projects = {name: {k: v for k, v in info.items() if k != "suite"}
+                for name, info in data["projects"].items()}
+    records = {r["id"]: r for r in data["tasks"]}
+    added = 0
+    for other in others:
+        more = read_manifest(other)
+        for name, info in more["projects"].items():
+            info = {k: v for k, v in info.items() if k != "suite"}
+            if name in projects and projects[name]["version"] != info["version"]:
+                raise DatasetError(f"{other}: {name} {info['version']}, the suite has "
+                                   f"{projects[name]['version']}")
+            projects.setdefault(name, info)
+        for record in more["tasks"]:
+            if record["id"] not in records:
+                records[record["id"]] = record
+                added += 1
+    for name in projects:  # what the suite now holds of each project
+        projects[name]["kept"] = sum(r["project"] == name for r in records.values())
+    _write(out, projects, list(records.values()))
+    return out, added
 
 
 def sample(tasks: Sequence[Task], per_library: int, seed: int = 0) -> list[Task]:
@@ -262,8 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--order-seed", type=int, default=SEED)
     gen.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                      help="validate on --workers Ray actors (a local cluster, or ADDRESS)")
+    gen.add_argument("--max-tries", type=int, default=None, metavar="N",
+                     help="try at most N new mutations per library in this run")
     gen.add_argument("--rebuild", action="store_true",
                      help="validate nothing new: write the manifest from the progress file")
+    mer = sub.add_parser("merge", help="add the tasks of other manifests to the suite's")
+    mer.add_argument("manifests", nargs="+", type=Path)
     val = sub.add_parser("validate")
     val.add_argument("--sample", type=int, default=0, help="tasks per library (0: all)")
     val.add_argument("--workers", type=int, default=2)
@@ -272,8 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = list(SCALE_SUITE) if args.libraries == ["scale"] else args.libraries
         out = generate(args.per_library, args.workers, names, args.out, args.rebuild,
                        args.order_seed, ray=args.ray is not None,
-                       address=None if args.ray in (None, "local") else args.ray)
+                       address=None if args.ray in (None, "local") else args.ray,
+                       max_tries=args.max_tries)
         print(f"[repo] wrote {out}")
+        return 0
+    if args.command == "merge":
+        out, added = merge(args.manifests)
+        print(f"[repo] added {added} task(s) to {out}")
         return 0
     tasks = load_repo_suite()
     if args.sample:

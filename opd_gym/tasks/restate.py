@@ -78,9 +78,12 @@ def restate_manifest(path: Path, failures: Mapping[str, Mapping[str, str]]) -> l
         Mutation,
         check_statement,
         project_from_library,
+        read_manifest,
         write_statement,
     )
 
+    # PASS_TO_PASS as the records mean it (a compact record stores only what it lacks)
+    guarding = {r["id"]: r["pass_to_pass"] for r in read_manifest(path)["tasks"]}
     projects: dict[str, Any] = {}
     failed: list[str] = []
     out: list[str] = []
@@ -105,7 +108,7 @@ def restate_manifest(path: Path, failures: Mapping[str, Mapping[str, str]]) -> l
         f2p = record["fail_to_pass"]
         statement = write_statement(project, mutation, [messages.get(i, "") for i in f2p], f2p)
         if not statement or check_statement(project, mutation, statement,
-                                             f2p + record["pass_to_pass"]):
+                                             f2p + guarding[record["id"]]):
             failed.append(record["id"])
             out.append(line)
             continue

@@ -12,8 +12,9 @@ a sandbox from `opd_gym.sandboxes.make_pool`. The original tree runs 3 times: id
 pass all 3 times are never scored. A mutant is kept only if (a) its first full run fails at
 least one id that passes on the original (FAIL_TO_PASS), (b) two more runs of the
 FAIL_TO_PASS ids fail them again (an id that changes is flaky: dropped, never scored), and
-(c) at least one FAIL_TO_PASS test has a canary candidate
-(`opd_gym.grading.canary.make_canaries`): a task none of whose tests has a canary cannot earn.
+(c) at least one FAIL_TO_PASS test has a canary that earns
+(`opd_gym.grading.canary.make_canaries`, `Canary.earns`): a task whose failing tests only
+gate could never pay for a fix.
 Mutants that break collection, time out, or leave nothing failing are discarded, with the
 reason recorded in the progress file. Mutants are validated in parallel, by threads of this
 process or by Ray actors (`opd_gym.tasks.synth_workers`), handed out in schedule order so that
@@ -67,7 +68,8 @@ from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.pytest_config import read_pytest_config
 from opd_gym.tasks.statements import statement_problems, write_report
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: PASS_TO_PASS may be stored compactly (`compact_records`)
+READABLE_VERSIONS = (1, 2)
 F2P_CAP = 20
 STABILITY_RUNS = 3
 CANARY_SEED = 0
@@ -879,11 +881,17 @@ def base_id(node_id: str) -> str:
 
 
 def canaried_ids(project: Project) -> frozenset[str]:
-    """Base ids of the suite's tests that have a canary candidate."""
-    from opd_gym.grading.canary import make_canaries
+    """Base ids of the suite's tests whose canary may earn (`Canary.earns`): a bug whose
+    failing tests only gate (their expectations come from run-time data, a shared parametrize
+    table say) could never pay for a fix, and the suite would leave it out at load
+    (`repo_suite.can_earn` asks the same question of the same test modules)."""
+    from opd_gym.grading.canary import make_canaries, module_names
 
-    paths = [p for p in project.tests if p.endswith(".py")]
-    return frozenset(make_canaries(dict(project.tests), paths, CANARY_SEED).canaries)
+    paths = [p for p in project.tests if p.endswith(".py")
+             and (p.rpartition("/")[2].startswith("test_") or p.endswith("_test.py"))]
+    modules = module_names({**project.workspace, **project.tests})
+    canaries = make_canaries(dict(project.tests), paths, CANARY_SEED, solution_modules=modules)
+    return frozenset(t for t, c in canaries.canaries.items() if c.earns)
 
 
 def baseline(project: Project, pool: Any, runs: int = STABILITY_RUNS) -> Baseline:
@@ -970,6 +978,8 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
                 return done(False, "no test fails")
             still = sorted(i for i in passing if first.outcomes.get(i) == "passed")
             f2p, p2p = split_tests(failing, still, base.canaried, seed)
+            if not any(base_id(i) in base.canaried for i in f2p):
+                return done(False, "no FAIL_TO_PASS test can earn", failures=len(failing))
             # The original passed every PASS_TO_PASS id in all its runs (the baseline): only
             # the FAIL_TO_PASS ids run again, to see that the mutant fails them every time.
             reruns = [run_suite(sandbox, f2p, timeout=base.timeout)
@@ -991,7 +1001,7 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
         return done(False, "every failing test is flaky", flaky=tuple(flaky))
     canaried = sum(base_id(i) in base.canaried for i in f2p)
     if not canaried:
-        return done(False, "no FAIL_TO_PASS test has a canary", flaky=tuple(flaky),
+        return done(False, "no FAIL_TO_PASS test can earn", flaky=tuple(flaky),
                     failures=len(failing))
     messages = tuple(first.messages.get(i, "")[:1500] for i in f2p)
     statement = write_statement(project, mutation, messages, f2p)
@@ -1339,9 +1349,10 @@ def is_manifest(data: Any) -> bool:
 def manifest_tasks(data: Mapping[str, Any], where: str = "manifest") -> list[Task]:
     """The tasks of a parsed manifest (its version checked, each project rebuilt once);
     DatasetError names the manifest, the project or the task that cannot be rebuilt."""
-    if data.get("version") != MANIFEST_VERSION:
+    if data.get("version") not in READABLE_VERSIONS:
         raise DatasetError(f"{where}: manifest version {data.get('version')!r}, "
-                           f"expected {MANIFEST_VERSION}")
+                           f"expected one of {READABLE_VERSIONS}")
+    data = expand_records(data, where)
     projects: dict[str, Project] = {}
     for name, info in data["projects"].items():
         source = info.get("source") if isinstance(info, Mapping) else None
@@ -1371,7 +1382,51 @@ def read_manifest(path: Path) -> dict[str, Any]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{path}: not a readable manifest ({exc})") from None
-    if data.get("version") != MANIFEST_VERSION:
-        raise DatasetError(f"{path}: manifest version {data.get('version')!r}, "
-                           f"expected {MANIFEST_VERSION}")
-    return data
+    if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
+        version = data.get("version") if isinstance(data, dict) else None
+        raise DatasetError(f"{path}: manifest version {version!r}, "
+                           f"expected one of {READABLE_VERSIONS}")
+    return expand_records(data, str(path))
+
+
+def compact_records(projects: Mapping[str, dict[str, Any]], records: Sequence[Mapping[str, Any]]
+                    ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """(projects, records) with PASS_TO_PASS stored once per project: each project gets
+    `suite`, every id some record of it names, and each record `not_passing`, the ids of the
+    suite outside its PASS_TO_PASS (its failing and flaky ones, a handful), instead of the
+    whole list (every passing test guards, so PASS_TO_PASS is most of a suite of thousands).
+    `expand_records` gives the lists back exactly."""
+    suites: dict[str, set[str]] = {}
+    for record in records:
+        suites.setdefault(record["project"], set()).update(
+            record["pass_to_pass"], record["fail_to_pass"])
+    out_projects = {name: ({**info, "suite": sorted(suites[name])} if name in suites
+                           else dict(info)) for name, info in projects.items()}
+    out_records = []
+    for record in records:
+        row = {k: v for k, v in record.items() if k != "pass_to_pass"}
+        row["not_passing"] = sorted(suites[record["project"]] - set(record["pass_to_pass"]))
+        out_records.append(row)
+    return out_projects, out_records
+
+
+def expand_records(data: Mapping[str, Any], where: str = "manifest") -> dict[str, Any]:
+    """A manifest with every record's `pass_to_pass` list (`compact_records` undone; records
+    that carry the list already are left as they are)."""
+    projects = data.get("projects")
+    tasks = data.get("tasks")
+    if not isinstance(projects, Mapping) or not isinstance(tasks, list):
+        raise DatasetError(f"{where}: a manifest needs a `projects` table and a `tasks` list")
+    expanded = []
+    for record in tasks:
+        if isinstance(record, Mapping) and "not_passing" in record:
+            info = projects.get(record.get("project"))
+            suite = info.get("suite") if isinstance(info, Mapping) else None
+            if not isinstance(suite, list):
+                raise DatasetError(f"{where}: task {record.get('id', '?')!r} stores its "
+                                   "PASS_TO_PASS compactly, but its project has no `suite`")
+            absent = set(record["not_passing"])
+            record = {k: v for k, v in record.items() if k != "not_passing"}
+            record["pass_to_pass"] = sorted(i for i in suite if i not in absent)
+        expanded.append(record)
+    return {**data, "tasks": expanded}

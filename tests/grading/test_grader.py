@@ -19,6 +19,7 @@ from opd_gym.grading import (
     parse_verdict,
     select_files,
 )
+from opd_gym.grading.verdict import HELD_FAILED
 
 pytestmark = pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
 
@@ -230,12 +231,19 @@ def test_unavailable_sandbox_is_an_infra_failure(toy_task):
     assert report.infra_error and "engine down" in report.reason and report.score == 0.0
 
 
-def test_always_equal_result_is_caught_as_a_forgery(grader, toy_task):
+def test_always_equal_result_is_caught_as_a_forgery(grader, local_pool, toy_task):
     liar = b"class A:\n    def __eq__(self, other):\n        return True\n\n" \
            b"def add(a, b):\n    return A()\n"
+    # the default Grader holds each `add(...) == N` on the host: the liar's value is no
+    # builtin data, so every held site fails before a canary could show the forgery
     report = grader.grade(toy_task, {"calc.py": liar})
+    assert report.score == 0.0 and report.passed == 0 and report.failed == 3, report.tests
+    assert all(t.message.startswith(HELD_FAILED) for t in report.tests), report.tests
+    # the canary scheme alone (hold=False): the real tests did pass, only the canaries
+    # expose it
+    report = Grader(local_pool, hold=False).grade(toy_task, {"calc.py": liar})
     assert report.score == 0.0 and len(report.forgery) == 3 and "canary passed" in report.reason
-    assert report.passed == 3  # the real tests did pass: only the canaries expose it
+    assert report.passed == 3
 
 
 def test_starter_passing_tests_are_gates(grader, make_task):
@@ -709,14 +717,17 @@ def docker_graders():
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_every_builtin_task_earns_the_same_tests_under_every_secret(docker_graders):
-    """Verifiable by construction: each built-in task has earning tests, the same ones under
-    three secrets (the null submission's gates included)."""
+def test_builtin_tasks_earn_the_same_tests_under_every_secret(docker_graders):
+    """Verifiable by construction: built-in tasks have earning tests, the same ones under
+    three secrets (the null submission's gates included). Every other task of the suite, for
+    CI's time: the session grader's calibrations already require every task to earn
+    (tests/security), and `test_an_invalid_canary_is_redrawn_so_every_secret_earns_the_same`
+    pins the redraw that makes this hold."""
     from concurrent.futures import ThreadPoolExecutor
 
     from opd_gym.tasks import load_suite
 
-    suite = load_suite("coding")
+    suite = load_suite("coding")[::2]
     jobs = [(grader, task) for grader in docker_graders for task in suite]
     with ThreadPoolExecutor(4) as workers:
         calibrations = list(workers.map(lambda job: job[0].calibration(job[1]), jobs))

@@ -463,7 +463,7 @@ def test_a_bug_that_removes_a_test_id_is_judged_not_crashed(tmp_path, pool):
     assert changed, [(m.kind, m.original, m.replacement) for m in find_mutations(project)]
     verdict = validate_mutation(project, base, changed[0], pool)
     # A missing id has no failure to report, so no statement may be writable either.
-    assert verdict.reason.startswith(("kept", "no FAIL_TO_PASS test has a canary",
+    assert verdict.reason.startswith(("kept", "no FAIL_TO_PASS test can earn",
                                       "no statement passes the checker")), verdict
     assert verdict.failures >= 1
 
@@ -487,3 +487,34 @@ def test_parallel_and_ray_synthesis_keep_the_serial_runs_tasks(tmp_path, ray_clu
     assert manifests["threads"]["tasks"] == tasks
     assert manifests["ray"]["tasks"] == tasks
     assert tried["serial"] <= tried["threads"] and tried["serial"] <= tried["ray"]
+
+
+def test_compact_manifests_give_back_every_pass_to_pass_list_exactly(tmp_path):
+    """Version 2 stores PASS_TO_PASS once per project (`suite`) and per task only the ids
+    outside it (`not_passing`): reading gives the full sorted lists back; a version 1
+    manifest (full lists) still reads; a compact record whose project has no suite is
+    refused, naming the task."""
+    from opd_gym.tasks.synth import compact_records, expand_records, read_manifest
+
+    suite = [f"t.py::test_{i}" for i in range(8)]
+    records = [{"id": "p-a", "project": "p", "mutation": {}, "fail_to_pass": [suite[0]],
+                "pass_to_pass": suite[1:]},
+               {"id": "p-b", "project": "p", "mutation": {}, "fail_to_pass": suite[2:4],
+                "pass_to_pass": [suite[1]] + suite[5:]}]  # suite[4] failed beyond the cap
+    projects, compact = compact_records({"p": {"version": "1"}}, records)
+    assert projects["p"]["suite"] == sorted(suite)
+    assert [r["not_passing"] for r in compact] == [[suite[0]], [suite[0], *suite[2:5]]]
+    assert all("pass_to_pass" not in r for r in compact)
+    data = {"version": 2, "projects": projects, "tasks": compact}
+    assert expand_records(data)["tasks"] == records
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(data))
+    assert read_manifest(path)["tasks"] == records
+    path.write_text(json.dumps({"version": 1, "projects": {"p": {}}, "tasks": records}))
+    assert read_manifest(path)["tasks"] == records
+    path.write_text(json.dumps({"version": 2, "projects": {"p": {}}, "tasks": compact}))
+    with pytest.raises(DatasetError, match="'p-a' stores its PASS_TO_PASS compactly"):
+        read_manifest(path)
+    path.write_text(json.dumps({"version": 9, "projects": {}, "tasks": []}))
+    with pytest.raises(DatasetError, match="manifest version 9"):
+        read_manifest(path)
