@@ -5,10 +5,11 @@ solution's values), i.e. would earn. Static (make_canaries only, no Docker): the
 fraction before calibration, which may still make a test a gate (a starter that passes it,
 a canary the reference passes). The last column counts the tasks with a sentinel site (issue 29,
 point 2: what stops a split between grading runs; sentinel.py). The `held` column counts the
-answer-safe tests that also hold an equality site the host can keep (held.py); with
-`Grader(hold=True)` a task with such a test earns only through them (held-only tasks), the
-others keep the canary scheme: `earn % (hold)` (static: calibration may still drop a site the
-reference's value does not meet as plain data, or one its earning tests lack).
+answer-safe tests that also hold an equality site the host can keep (held.py); under the
+Grader's default (host-held expectations; `Grader(hold=False)` opts out, and then `earn %` is
+the figure) a task with such a test earns only through them (held-only tasks), the others keep
+the canary scheme: `earn % (hold)` (static: calibration may still drop a site the reference's
+value does not meet as plain data, or one its earning tests lack).
 
     python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
 

@@ -101,8 +101,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per task and side")
     parser.add_argument("--tasks", default="", help="comma-separated task ids (default: all)")
-    parser.add_argument("--hold", action="store_true",
-                        help="host-held expectations (Grader(hold=True), opd_gym/grading/held.py)")
+    parser.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
+                        help="host-held expectations (held.py; the Grader's default, "
+                             "--no-hold: the canary scheme alone)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     suite = list(load_suite("coding"))

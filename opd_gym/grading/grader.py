@@ -19,9 +19,9 @@ dropped and the calibration runs again (at most HUNG_CANARY_RETRIES times): that
 a gate. No test run, a timeout, an incomplete verdict, or a failed calibration all count as
 failure; the machinery's own failures are flagged infra errors.
 
-With `hold=True` the literal of each calibrated equality site stays on the host (held.py): both
-runs emit the solution's value there and the host compares; where a task holds a test that
-earns, only held tests earn.
+By default (`hold=True`; `hold=False` opts out) the literal of each calibrated equality site
+stays on the host (held.py): both runs emit the solution's value there and the host compares;
+where a task holds a test that earns, only held tests earn.
 """
 
 from __future__ import annotations
@@ -230,9 +230,10 @@ class Grader:
     """
 
     def __init__(self, sandboxes: SandboxSource, *, output_chars: int = 2000,
-                 hold: bool = False) -> None:
-        """`hold`: host-held expectations (held.py): the literal of each calibrated equality
-        site stays on the host, and only tests holding one earn (the others gate)."""
+                 hold: bool = True) -> None:
+        """`hold` (the default): host-held expectations (held.py): the literal of each
+        calibrated equality site stays on the host, and where a task holds a site only tests
+        holding one earn (the others gate). `hold=False` opts out (the canary scheme alone)."""
         self.sandboxes = sandboxes
         self.output_chars = output_chars
         self.hold = hold
@@ -304,10 +305,13 @@ class Grader:
         selected = {base_id(i) for i in task.test_ids or ()}
 
         probes = held_sites.candidates(hidden_files(task), paths) if self.hold else None
+        # a clone copies its test's decorators: none of a test held per parametrize case
+        per_case = held_sites.parametrized(hidden_files(task), paths) if probes else frozenset()
 
         def usable(site: SentinelSite) -> bool:  # a site the test's canary leaves alone
             canary = canaries.canaries.get(site.test_id)
-            if probes and site.test_id in probes and site.kind != "value":
+            if probes and site.test_id in probes and site.kind != "value" \
+                    or site.test_id in per_case:
                 return False  # a negated clone of a held assertion would show its literal
             return (not selected or site.test_id in selected) and compatible(
                 site, canary.edits if canary else ())
@@ -341,11 +345,15 @@ class Grader:
         held = None
         if probes is not None:
             held = held_sites.calibrated(probes, hidden_files(task), ref_run.probes,
-                                         _passed(ref_run))
-            # a site a canary leaves unholdable (it negates the assertion) is not held
+                                         _passed(ref_run), ref_run.real)
+            # a site a canary leaves unholdable (it negates the assertion) is not held, nor
+            # then a parametrize column of a table that test reads too (another round)
             variants, _ = build_runs(hidden_files(task), canaries, (), 0)
-            unheld = held_sites.rewrite(variants.files, held, ((), ())).unheld
-            held = {t: s for t, s in held.items() if t not in unheld}
+            while held:
+                unheld = held_sites.rewrite(variants.files, held, ((), ())).unheld
+                if not unheld:
+                    break
+                held = {t: s for t, s in held.items() if t not in unheld}
         return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
@@ -454,13 +462,15 @@ class Grader:
         if held:
             runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
             variants = Variants(runs.files, variants.real_in)
+        ids = dict(runs.ids) if runs is not None else {}
         try:
             sandbox = self.sandboxes.acquire()
         except SandboxError as exc:
             raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
         try:
             dropped = self._copy(sandbox, keep, what)
-            raw = self._harness(task, sandbox, paths, variants, what, doctests, placed)
+            raw = self._harness(task, sandbox, paths, variants, what, doctests, placed,
+                                {v: k for k, v in ids.items()})
         finally:
             self.sandboxes.release(sandbox)
         try:
@@ -468,6 +478,8 @@ class Grader:
         except VerdictError as exc:
             raise _Failed(reason=f"{what}{exc}", infra_error=True,
                           output=raw[-self.output_chars:].decode("utf-8", "replace")) from None
+        if ids:
+            data = held_sites.restore_ids(data, ids)
         expected, exact = self._expected(task)
         return merge(data, expected, exact, canaries, variants, placed,
                      None if probe else runs), dropped
@@ -496,13 +508,19 @@ class Grader:
 
     def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
                  what: str, doctests: Mapping[str, str] | None = None,
-                 placed: Placed = ((), ())) -> bytes:
+                 placed: Placed = ((), ()), renamed: Mapping[str, str] | None = None
+                 ) -> bytes:
+        """The harness's raw verdict; `renamed`: {pytest's own node id: the id a run names
+        it by} (cases held per parametrize argument: the sandbox never sees their ids)."""
         doctests = dict(doctests or {})
+        select = _selected(task, placed)
+        if select is not None and renamed:
+            select = [renamed.get(i, i) for i in select]
         request = launch.harness_request(
             workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
             ini=task.pytest_ini, args=in_pytest_order(task, [*paths, *doctests]),
             variants=list(variants.files),
-            select=_selected(task, placed),  # only these run; the others are deselected
+            select=select,  # only these run; the others are deselected
             doctests=doctests,  # their examples come from the pristine text, the code is live
         )
         limit = VARIANTS * task.timeout + HARNESS_MARGIN

@@ -15,16 +15,34 @@ guess the value.
 Calibration runs the reference with *probes* instead (`assert opd_grading.hold(i, expr) ==
 literal`: plain pytest semantics, the value emitted too); a site is held only where the
 reference's value there is plain builtin data meeting the literal, emitted exactly once.
+
+An expectation that is a parametrize argument (`@pytest.mark.parametrize(("x", "want"),
+TABLE)` then `assert f(x) == want`, TABLE literal data inline or a module-level constant, `want`
+read nowhere else) is held per case: in both runs the `want` column of the table becomes a
+placeholder and the decorator gets opaque `ids=` (pytest names cases by their values), and the
+host holds each case's value under the node id plain pytest gives it (`HeldRuns.ids` maps the
+runs' ids back; calibration, which runs the pristine table, checks those ids and vouches for
+each case). A table other tests read too is held only where all of them hold the same columns.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from opd_gym import pyast
-from opd_gym.grading.canary import _apply, _collected, _Source, parse
+from opd_gym.grading.canary import (
+    _apply,
+    _argnames,
+    _callee,
+    _collected,
+    _id_part,
+    _runs_under_one_id,
+    _Source,
+    parse,
+)
 from opd_gym.grading.sentinel import Placed
 
 HeldSites = Mapping[str, tuple[int, ...]]  # test base id -> indices of held body statements
@@ -36,6 +54,7 @@ _NO = object()
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not"}
 _NOT = {"==": "!=", "!=": "==", "is": "is not", "is not": "is"}
 NEVER = "never"  # the operator of an expectation nothing meets
+_UNKNOWN = -2  # the site of a test held per case: its id alone names no case
 _Parts = tuple[ast.expr, str, object]
 
 
@@ -47,8 +66,11 @@ def _literal(node: ast.AST) -> object:
         return _NO
 
 
-def parts(statement: ast.stmt) -> tuple[ast.expr, str, object] | None:
-    """(solution-side expression, operator, literal value) of a holdable assertion."""
+def parts(statement: ast.stmt, columns: Collection[str] = ()
+          ) -> tuple[ast.expr, str, object] | None:
+    """(solution-side expression, operator, literal value) of a holdable assertion; with
+    `columns` (parametrize arguments the test reads only there), `Column(name)` stands for
+    the value where the expectation is one of them (`==`/`!=` only)."""
     test = statement.test if isinstance(statement, ast.Assert) else None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     if negated:  # `assert not (x == E)`, e.g. a negated canary: `x != E`
@@ -70,9 +92,18 @@ def parts(statement: ast.stmt) -> tuple[ast.expr, str, object] | None:
     expr = left
     if value is _NO:
         value, expr = _literal(left), right
+    if value is _NO and op in ("==", "!="):
+        for side, other in ((right, left), (left, right)):
+            if isinstance(side, ast.Name) and side.id in columns:
+                value, expr = Column(side.id), other
+                break
     if value is _NO or _literal(expr) is not _NO:
         return None
-    if op in ("is", "is not") and value not in (True, False, None):
+    column = isinstance(value, Column)
+    if column and any(isinstance(n, ast.Name) and n.id == value.name  # type: ignore[union-attr]
+                      for n in ast.walk(expr)):
+        return None
+    if op in ("is", "is not") and (column or value not in (True, False, None)):
         return None  # identity only with the singletons (`x is True`, `y is None`)
     if op in ("is", "is not") and type(value) not in (bool, type(None)):
         return None
@@ -120,20 +151,255 @@ def _own_nodes(statement: ast.stmt) -> list[ast.AST]:
 def candidates(sources: Mapping[str, str], paths: Iterable[str]) -> dict[str, tuple[int, ...]]:
     """Every holdable site of the test modules `paths`: {test base id: body indices}."""
     found: dict[str, tuple[int, ...]] = {}
+    context = _context(sources)
     for path in sorted(paths):
         if not path.endswith(".py") or path not in sources:
             continue
-        try:
-            tree = parse(sources[path])
-        except (SyntaxError, ValueError):
-            continue
-        for test_id, function, owner in _collected(tree, path):
-            if test_id != owner:
-                continue
-            indices = tuple(i for i, s in _straight(function) if parts(s) is not None)
-            if indices:
-                found[test_id] = indices
+        sites, _ = _file_sites(path, context, None, {})
+        for (test_id, index, _), (_, _, p) in sorted(sites.items()):
+            if p is not None:
+                found[test_id] = (*found.get(test_id, ()), index)
     return found
+
+
+def parametrized(sources: Mapping[str, str], paths: Iterable[str]) -> frozenset[str]:
+    """The tests of `paths` with a holdable site whose expectation is a parametrize argument
+    (no sentinel is cloned from them: a clone would copy the decorator and read the table)."""
+    context = _context(sources)
+    out: set[str] = set()
+    for path in sorted(paths):
+        if path.endswith(".py") and path in sources:
+            sites, _ = _file_sites(path, context, None, {})
+            out.update(t for (t, _, _), (_, _, p) in sites.items()
+                       if p is not None and isinstance(p[2], Column))
+    return frozenset(out)
+
+
+# -- parametrize expectations: `@pytest.mark.parametrize("x,want", TABLE)` + `f(x) == want` --
+# A site `assert <expr> == NAME` where NAME is a parametrize argument of the test, its table
+# literal data and NAME read nowhere else in the test, is held per case: in both runs the
+# NAME column of the table is replaced by a placeholder and the decorator gets opaque `ids=`
+# (pytest names cases by their values), and the host holds each case's value under the node
+# id plain pytest gives that case. Anything unclear leaves the test to the canary scheme.
+PLACEHOLDER = "None"
+_OPAQUE = "h{}"  # the sandbox's id of row i of a held decorator
+_MAX_CASES = 10_000  # node ids of one test the host maps
+_READERS = frozenset({"locals", "vars", "eval", "exec", "globals", "getfixturevalue",
+                      "_getframe", "currentframe", "request"})
+
+
+@dataclass(frozen=True)
+class Column:
+    """The expectation of a held site that is a parametrize argument (held per case)."""
+
+    name: str
+
+
+@dataclass
+class _Decorator:
+    """One `parametrize` call of a test: its rows of cells and pytest's id of each row."""
+
+    call: ast.Call
+    names: list[str]
+    rows: list[list[ast.expr]]
+    table: str  # the table's key: `name:T` (a module-level constant) or `inline:<offset>`
+    ids: list[str]
+    ids_node: ast.expr | None  # the call's own literal `ids=`
+    after: ast.expr  # the call's last argument (`ids=` goes after it)
+
+
+@dataclass
+class _ParamTest:
+    """A test whose parametrize arguments may be held: its decorators in the order pytest
+    applies them (the one nearest the `def` first), the arguments read once at a site."""
+
+    function: ast.FunctionDef
+    decorators: list[_Decorator]
+    columns: dict[str, tuple[int, int]]  # argname -> (decorator index, column)
+
+    def cases(self) -> list[tuple[str, tuple[int, ...]]] | None:
+        """(pytest's id, row per decorator) of every case, or None (too many, or ids that
+        would need pytest to make them unique)."""
+        count = 1
+        for decorator in self.decorators:
+            count *= len(decorator.rows)
+        if count > _MAX_CASES:
+            return None
+        out: list[tuple[str, tuple[int, ...]]] = [("", ())]
+        for decorator in self.decorators:
+            out = [(f"{i}-{part}" if combo else part, (*combo, row))
+                   for i, combo in out for row, part in enumerate(decorator.ids)]
+        if len({i for i, _ in out}) != len(out):
+            return None
+        return out
+
+    def opaque(self, held: Collection[int]) -> dict[tuple[int, ...], str]:
+        """The sandbox's id of each case: rows of the `held` decorators named by position."""
+        out: list[tuple[str, tuple[int, ...]]] = [("", ())]
+        for index, decorator in enumerate(self.decorators):
+            parts = [_OPAQUE.format(r) for r in range(len(decorator.rows))] \
+                if index in held else decorator.ids
+            out = [(f"{i}-{part}" if combo else part, (*combo, row))
+                   for i, combo in out for row, part in enumerate(parts)]
+        return {combo: i for i, combo in out}
+
+
+def _plain_id(text: object) -> bool:
+    return isinstance(text, str) and 0 < len(text) <= 100 and all(
+        32 <= ord(c) < 127 and c != "\\" for c in text)
+
+
+def _id_of(node: ast.expr, argname: str, index: int) -> str | None:
+    """pytest's id for one literal value (canary._id_part, and text outside printable ASCII
+    escaped as pytest escapes it); calibration checks it against the ids pytest gave."""
+    value = _literal(node)
+    if isinstance(value, str) and 0 < len(value) <= 100 and _id_part(node, argname, index) \
+            is None:
+        escaped = value.encode("unicode_escape").decode("ascii")
+        return "".join(c if 32 <= ord(c) < 127 else f"\\x{ord(c):02x}" for c in escaped)
+    return _id_part(node, argname, index)
+
+
+def _decorator(call: ast.expr, tables: Mapping[str, ast.expr]) -> _Decorator | None:
+    """A `parametrize` call whose table is literal data and whose ids are known statically."""
+    if not isinstance(call, ast.Call) or len(call.args) != 2 \
+            or any(k.arg != "ids" for k in call.keywords):
+        return None
+    names = _argnames(call.args[0])
+    if not names or len(set(names)) != len(names):
+        return None
+    single = isinstance(_literal(call.args[0]), str) and len(names) == 1
+    values = call.args[1]
+    key = f"inline:{values.lineno}:{values.col_offset}"
+    if isinstance(values, ast.Name):
+        key = f"name:{values.id}"
+        values = tables.get(values.id)  # type: ignore[assignment]
+    if not isinstance(values, ast.List | ast.Tuple) or not values.elts \
+            or _literal(values) is _NO:
+        return None
+    rows: list[list[ast.expr]] = []
+    for row in values.elts:
+        if single:
+            rows.append([row])
+        elif isinstance(row, ast.Tuple | ast.List) and len(row.elts) == len(names):
+            rows.append(list(row.elts))
+        else:
+            return None
+    ids_node = call.keywords[0].value if call.keywords else None
+    if ids_node is not None:
+        given = _literal(ids_node)
+        if not isinstance(given, list | tuple) or len(given) != len(rows) \
+                or not all(_plain_id(i) for i in given):
+            return None
+        ids = list(given)
+    else:
+        parts = [[_id_of(v, n, i) for v, n in zip(r, names, strict=True)]
+                 for i, r in enumerate(rows)]
+        if any(p is None for row in parts for p in row):
+            return None
+        ids = ["-".join(row) for row in parts]  # type: ignore[arg-type]
+    if len(set(ids)) != len(ids):
+        return None  # pytest would make them unique: left to the canary scheme
+    after = max([*call.args, *(k.value for k in call.keywords)],
+                key=lambda n: (n.end_lineno, n.end_col_offset))
+    return _Decorator(call, names, rows, key, ids, ids_node, after)
+
+
+def _marks_only(decorator: ast.expr) -> bool:
+    """`@pytest.mark.X` or `@mark.X(...)`: a mark, which leaves the function as it is."""
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    dotted = []
+    while isinstance(node, ast.Attribute):
+        dotted.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        dotted.append(node.id)
+    dotted.reverse()
+    return dotted[:2] == ["pytest", "mark"] and len(dotted) == 3 or \
+        dotted[:1] == ["mark"] and len(dotted) == 2
+
+
+def _read_once(name: str, function: ast.FunctionDef) -> ast.Name | None:
+    """The one place the test's body reads `name` (None: read or bound anywhere else)."""
+    found: list[ast.Name] = []
+    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id == name:
+            found.append(node)
+        elif isinstance(node, ast.arg) and node.arg == name or isinstance(
+                node, ast.Global | ast.Nonlocal) and name in node.names or isinstance(
+                node, ast.alias) and name in (node.asname, node.name) or isinstance(
+                node, ast.ExceptHandler) and node.name == name or isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and node.name == name:
+            return None
+        elif getattr(node, "name", None) == name:  # match patterns
+            return None
+    if len(found) != 1 or not isinstance(found[0].ctx, ast.Load):
+        return None
+    return found[0]
+
+
+def _param_tests(tree: ast.Module, path: str, uses: Mapping[str, int], referenced: set[str]
+                 ) -> dict[str, _ParamTest]:
+    """The tests of one module whose parametrize arguments may be held (see `_ParamTest`),
+    with the tables they read consistent: a module-level table is read only by decorators
+    holding the same columns of it (it is edited once, for all of them)."""
+    stores: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.ClassDef) and any(
+                "parametrize" in ast.dump(d) for d in node.decorator_list):
+            return {}  # class-level parametrization: ids of more parts
+    if stores.get("pytestmark"):
+        return {}
+    tables = {n.targets[0].id: n.value for n in tree.body if isinstance(n, ast.Assign)
+              and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+              and stores.get(n.targets[0].id) == 1}
+    found: dict[str, _ParamTest] = {}
+    for test_id, function, owner in _collected(tree, path):
+        if test_id != owner or not isinstance(function, ast.FunctionDef) \
+                or not _runs_under_one_id(test_id, referenced):
+            continue
+        marks = [d for d in function.decorator_list
+                 if isinstance(d, ast.Call) and _callee(d) == "parametrize"]
+        if not marks or not all(_marks_only(d) for d in function.decorator_list):
+            continue
+        decorators = [_decorator(d, tables) for d in reversed(marks)]
+        if None in decorators:
+            continue
+        args = function.args
+        given = [a.arg for a in args.args]
+        if "::" in test_id.partition("::")[2] and given[:1] == ["self"]:
+            given = given[1:]
+        argnames = [n for d in decorators for n in d.names]  # type: ignore[union-attr]
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs \
+                or args.defaults or sorted(given) != sorted(argnames) \
+                or len(set(argnames)) != len(argnames):
+            continue
+        if any(isinstance(n, ast.Name) and n.id in _READERS or isinstance(n, ast.Attribute)
+               and n.attr in _READERS for n in ast.walk(function)):
+            continue
+        columns = {}
+        for index, decorator in enumerate(decorators):
+            for column, name in enumerate(decorator.names):  # type: ignore[union-attr]
+                read = _read_once(name, function)
+                if read is not None:
+                    columns[name] = (index, column)
+        test = _ParamTest(function, decorators, columns)  # type: ignore[arg-type]
+        if columns and test.cases() is not None:
+            found[test_id] = test
+    readers: dict[str, int] = {}
+    for test in found.values():
+        for decorator in test.decorators:
+            readers[decorator.table] = readers.get(decorator.table, 0) + 1
+    for key, count in readers.items():  # a constant read anywhere else is no held table
+        name = key.partition(":")[2]
+        if key.startswith("name:") and uses.get(name, 0) != count:
+            for test in found.values():
+                test.columns = {n: c for n, c in test.columns.items()
+                                if test.decorators[c[0]].table != key}
+    return {t: p for t, p in found.items() if p.columns}
 
 
 @dataclass(frozen=True)
@@ -144,6 +410,9 @@ class HeldRuns:
     files: tuple[dict[str, str], dict[str, str]]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]]
     unheld: frozenset[str] = frozenset()  # tests of `held` a site of which was left as it is
+    # {node id a run reports: pytest's own node id} of the cases of tests holding a
+    # parametrize argument (the runs name them by opaque ids)
+    ids: Mapping[str, str] = field(default_factory=dict)
 
 
 def _clone_names(placed: Placed, run: int) -> dict[str, str]:
@@ -155,25 +424,122 @@ def _clone_names(placed: Placed, run: int) -> dict[str, str]:
     return names
 
 
-def _sites_in(text: str, path: str, held: HeldSites, clones: Mapping[str, str]
-              ) -> dict[tuple[str, int, bool], tuple[str, ast.stmt | None, _Parts | None]]:
+class _Context:
+    """The hidden files of a run, each parsed once, and what reading one module's
+    parametrize tables needs of all of them (read when a module has a parametrized test to
+    hold): how often each name is used, the names referenced, whether a hook may rename
+    parametrize ids (as canary._uses and canary._referenced_names read them)."""
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self.sources = sources
+        self._trees: dict[str, ast.Module | None] = {}
+        self._read: tuple[Mapping[str, int], set[str], bool] | None = None
+
+    def tree(self, path: str) -> ast.Module | None:
+        if path not in self._trees:
+            try:
+                self._trees[path] = parse(self.sources[path])
+            except (SyntaxError, ValueError):
+                self._trees[path] = None
+        return self._trees[path]
+
+    def get(self) -> tuple[Mapping[str, int], set[str], bool]:
+        if self._read is None:
+            uses: dict[str, int] = {}
+            referenced: set[str] = set()
+            hooks = False
+            for path in self.sources:
+                tree = self.tree(path) if path.endswith(".py") else None
+                for node in ast.walk(tree) if tree is not None else ():
+                    if isinstance(node, ast.Name):
+                        referenced.add(node.id)
+                        if isinstance(node.ctx, ast.Load):
+                            uses[node.id] = uses.get(node.id, 0) + 1
+                    elif isinstance(node, ast.Attribute):
+                        referenced.add(node.attr)
+                        uses[node.attr] = uses.get(node.attr, 0) + 1
+                    elif isinstance(node, ast.alias):
+                        name = node.name.rpartition(".")[2]
+                        referenced.add(name)
+                        uses[name] = uses.get(name, 0) + 1
+                        uses[node.asname or ""] = uses.get(node.asname or "", 0) + 1
+                    elif isinstance(node, ast.FunctionDef) \
+                            and node.name == "pytest_make_parametrize_id":
+                        hooks = True
+            self._read = (uses, referenced, hooks)
+        return self._read
+
+
+def _context(sources: Mapping[str, str]) -> _Context:
+    return _Context(sources)
+
+
+def _parametrized(tree: ast.Module, path: str, held: HeldSites | None) -> bool:
+    """Whether a test of `held` (any, where None) in the module is parametrized."""
+    names = None if held is None else {t.rpartition("::")[2] for t in held
+                                       if t.startswith(path + "::")}
+    return any(isinstance(n, ast.FunctionDef) and (names is None or n.name in names) and any(
+        isinstance(d, ast.Call) and _callee(d) == "parametrize" for d in n.decorator_list)
+        for n in ast.walk(tree))
+
+
+_Found = dict[tuple[str, int, bool], tuple[str, ast.stmt | None, _Parts | None]]
+
+
+def _file_sites(path: str, context: _Context, held: HeldSites | None,
+                clones: Mapping[str, str]) -> tuple[_Found, dict[str, _ParamTest]]:
     """{(original test id, index, a clone): (this run's test id, statement, its parts)} in
-    one file (a run holds at most one clone of a test; its name differs from run to run)."""
-    try:
-        tree = parse(text)
-    except (SyntaxError, ValueError):
-        return {}
-    found = {}
+    one file (every holdable site where `held` is None; a run holds at most one clone of a
+    test, its name differs from run to run), and the tests whose parametrize arguments are
+    read at a site. A site comparing with a parametrize argument has no parts where the
+    table's other readers do not hold the same columns (the table is edited for all)."""
+    tree = context.tree(path)
+    if tree is None:
+        return {}, {}
+    params: dict[str, _ParamTest] = {}
+    if _parametrized(tree, path, held):
+        uses, referenced, hooks = context.get()
+        params = {} if hooks else _param_tests(tree, path, uses, referenced)
+    found: _Found = {}
     for test_id, function, owner in _collected(tree, path):
         original = clones.get(test_id, test_id)
-        if test_id != owner or original not in held:
+        if test_id != owner or held is not None and original not in held:
             continue
+        param = params.get(test_id) if test_id == original else None
         body = dict(_straight(function))
-        for index in held[original]:
+        for index in held[original] if held is not None else sorted(body):
             statement = body.get(index)
-            found[(original, index, test_id != original)] = (test_id, statement,
-                                       parts(statement) if statement is not None else None)
-    return found
+            columns = param.columns if param is not None and statement is not None \
+                and statement in getattr(function, "body", ()) else ()
+            p = parts(statement, columns) if statement is not None else None
+            if held is None and p is None:
+                continue
+            found[(original, index, test_id != original)] = (test_id, statement, p)
+    held_columns: dict[str, set[tuple[int, int]]] = {}
+    for (test_id, _, clone), (_, _, p) in found.items():
+        if p is not None and isinstance(p[2], Column) and not clone:
+            held_columns.setdefault(test_id, set()).add(params[test_id].columns[p[2].name])
+    good = _consistent(params, held_columns)
+    for key, (test_id, statement, p) in list(found.items()):
+        if p is not None and isinstance(p[2], Column) and \
+                params[key[0]].columns[p[2].name] not in good.get(key[0], ()):
+            found[key] = (test_id, statement, None)
+    return found, {t: params[t] for t in held_columns}
+
+
+def _consistent(params: Mapping[str, _ParamTest], held: Mapping[str, set[tuple[int, int]]]
+                ) -> dict[str, set[tuple[int, int]]]:
+    """The held (decorator, column) pairs whose table every reader holds alike: each
+    decorator reading a table holds the same columns of it (a table read by one that holds
+    another column, or none, keeps its values: nothing of it is held)."""
+    seen: dict[str, set[frozenset[int]]] = {}
+    for test_id, test in params.items():
+        for index, decorator in enumerate(test.decorators):
+            mine = frozenset(c for d, c in held.get(test_id, ()) if d == index)
+            seen.setdefault(decorator.table, set()).add(mine)
+    bad = {key for key, sets in seen.items() if len(sets) != 1}
+    return {t: {(d, c) for d, c in pairs if params[t].decorators[d].table not in bad}
+            for t, pairs in held.items()}
 
 
 def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, placed: Placed,
@@ -181,18 +547,34 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     """Both runs' files with every held site of `held` replaced by an emission (`probe`:
     wrapped in one, the assertion kept). A site is rewritten in both runs or in neither (its
     statement must be holdable in each run's text: a canary that negates it leaves it as it
-    is), so the runs' texts differ only where they did before."""
-    found = []
+    is), so the runs' texts differ only where they did before.
+
+    A site comparing with a parametrize argument (not in probes) also takes that column out
+    of the table (a placeholder in every row) and gives the decorator opaque `ids=`; the host
+    holds each case's value under pytest's own node id for it, and `ids` maps the ids the
+    runs report back to those."""
+    context = (_context(files[0]), _context(files[1]))
+    found: list[dict[str, _Found]] = []
+    params: list[dict[str, dict[str, _ParamTest]]] = []
     for run in (0, 1):
         clones = _clone_names(placed, run)
-        found.append({path: _sites_in(text, path, held, clones)
-                      for path, text in files[run].items() if path.endswith(".py")})
+        found.append({})
+        params.append({})
+        for path in files[run]:
+            if path.endswith(".py"):
+                found[run][path], params[run][path] = _file_sites(path, context[run],
+                                                                  held, clones)
     out: list[dict[str, str]] = [dict(files[0]), dict(files[1])]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]] = ({}, {})
     unheld: set[str] = set()
+    ids: dict[str, str] = {}
     for path in found[0]:
         ok = {key for key, (_, _, p) in found[0][path].items()
               if p is not None and found[1].get(path, {}).get(key, (0, 0, None))[2] is not None}
+        shapes = [{t: [d.ids for d in p.decorators] for t, p in params[run].get(path, {}).items()}
+                  for run in (0, 1)]
+        if shapes[0] != shapes[1]:  # the runs read the tables apart: hold no column
+            ok = {key for key in ok if not isinstance(found[0][path][key][2][2], Column)}
         for run in (0, 1):
             for key, (test_id, _, _) in found[run][path].items():
                 if key not in ok:  # never passes: a test the host could not hold
@@ -201,6 +583,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
         for run in (0, 1):
             source = _Source(files[run][path])
             edits = []
+            columns: dict[str, dict[int, tuple[str, str]]] = {}  # test: {site: (arg, op)}
             for key in ok:
                 test_id, statement, found_parts = found[run][path][key]
                 assert statement is not None and found_parts is not None
@@ -214,12 +597,74 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
                 s_start, s_end = source.span(statement)
                 pad = "\n" * (statement.end_lineno - statement.lineno - text.count("\n"))
                 edits.append((s_start, s_end, f"{call}{pad}))"))
-                expect[run].setdefault(test_id, {})[key[1]] = (op, value)
+                if isinstance(value, Column):
+                    columns.setdefault(test_id, {})[key[1]] = (value.name, op)
+                else:
+                    expect[run].setdefault(test_id, {})[key[1]] = (op, value)
+            if columns:
+                edits += _table_edits(source, params[run][path], columns, expect[run], ids)
             out[run][path] = _apply(source.data, edits)
     for run in (0, 1):  # a test with no held site left in this grade cannot pass either
         for test_id in [t for t, sites in expect[run].items() if -1 in sites]:
             expect[run][test_id] = {-1: (NEVER, None)}
-    return HeldRuns((out[0], out[1]), expect, frozenset(unheld))
+            for nodeid in [n for n in expect[run] if n.startswith(test_id + "[")]:
+                del expect[run][nodeid]
+    return HeldRuns((out[0], out[1]), expect, frozenset(unheld), ids)
+
+
+def _table_edits(source: _Source, params: Mapping[str, _ParamTest],
+                 columns: Mapping[str, Mapping[int, tuple[str, str]]],
+                 expect: dict[str, dict[int, Expect]], ids: dict[str, str]
+                 ) -> list[tuple[int, int, str]]:
+    """The edits taking the held columns of `columns` ({test id: {site: (argname, op)}}) out of
+    their tables and giving their decorators opaque ids, in one run's text; the host's
+    expectation per case (under the case's own node id, the test's other held sites with
+    it; the test id alone then never passes) and the case ids as the run reports them."""
+    edits: dict[tuple[int, int], str] = {}
+    for test_id, sites in columns.items():
+        test = params[test_id]
+        held = {test.columns[name] for name, _ in sites.values()}
+        for index in {d for d, _ in held}:
+            decorator = test.decorators[index]
+            opaque = repr([_OPAQUE.format(r) for r in range(len(decorator.rows))])
+            if decorator.ids_node is not None:
+                edits[source.span(decorator.ids_node)] = opaque
+            else:
+                at = source.span(decorator.after)[1]
+                edits[(at, at)] = f", ids={opaque}"
+            for row in decorator.rows:
+                for d, column in held:
+                    if d == index:
+                        start, end = source.span(row[column])
+                        pad = "\n" * (row[column].end_lineno - row[column].lineno)
+                        edits[(start, end)] = PLACEHOLDER + pad
+        cases = test.cases()
+        assert cases is not None  # _param_tests keeps only tests whose cases are known
+        sandbox = test.opaque({d for d, _ in held})
+        base = expect.get(test_id, {})
+        for case, combo in cases:
+            nodeid = f"{test_id}[{case}]"
+            ids[f"{test_id}[{sandbox[combo]}]"] = nodeid
+            expect[nodeid] = {**base, **{
+                site: (op, _literal(test.decorators[test.columns[name][0]]
+                                    .rows[combo[test.columns[name][0]]][test.columns[name][1]]))
+                for site, (name, op) in sites.items()}}
+        expect[test_id] = {_UNKNOWN: (NEVER, None)}  # a case id the host does not know
+    return [(start, end, text) for (start, end), text in edits.items()]
+
+
+def restore_ids(data: Mapping[str, Any], ids: Mapping[str, str]) -> dict[str, Any]:
+    """A parsed verdict with the ids its runs gave held parametrize cases (`HeldRuns.ids`)
+    turned back into pytest's own; an id of such a test the host does not know stays as it
+    is (it names no case: an extra test, and its held site never passes)."""
+    variants = []
+    for run in data["variants"]:
+        run = dict(run)
+        run["tests"] = [{**e, "id": ids.get(e["id"], e["id"])} for e in run["tests"]]
+        if isinstance(run.get("running"), list):
+            run["running"] = [ids.get(i, i) for i in run["running"]]
+        variants.append(run)
+    return {**data, "variants": variants}
 
 
 def read(emitted: str) -> object:
@@ -255,6 +700,8 @@ def unmet(emissions: Iterable[tuple[int, str, bool]], expect: Mapping[int, Expec
         seen.setdefault(index, []).append(emitted)
     for index, (op, literal) in sorted(expect.items()):
         values = seen.get(index, [])
+        if op == NEVER and index == _UNKNOWN:
+            return "a case of the test the host holds no value for"
         if op == NEVER:
             return "the assertion could not be held in this grade"
         if len(values) != 1:
@@ -272,22 +719,36 @@ def met(emissions: Iterable[tuple[int, str, bool]], expect: Mapping[int, Expect]
 
 def calibrated(held: HeldSites, pristine: Mapping[str, str],
                probes: Mapping[str, list[tuple[int, str, bool]]],
-               passed: Iterable[str]) -> dict[str, tuple[int, ...]]:
+               passed: Iterable[str], reported: Iterable[str] = ()
+               ) -> dict[str, tuple[int, ...]]:
     """The sites of `held` the reference vouches for: on every node id of the test it passed,
     the site emitted once a plain value meeting the pristine literal (`probes`: the
-    reference's emissions per node id, from the run holding the real test)."""
+    reference's emissions per node id, from the run holding the real test). A site holding a
+    parametrize argument is vouched for per case (the case's own value) and kept only where
+    every node id of the test the reference reported (`reported`, `passed` too) is a case
+    the host names alike, and where every other reader of its table keeps its column too."""
     from opd_gym.nodeids import base_id
 
+    context = _context(pristine)
     literals: dict[tuple[str, int], Expect] = {}
-    for path, text in pristine.items():
+    cases: dict[str, dict[str, tuple[int, ...]]] = {}  # test id -> {node id: rows}
+    params: dict[str, _ParamTest] = {}
+    for path in pristine:
         if not path.endswith(".py"):
             continue
-        for (test_id, index, _), (_, _, p) in _sites_in(text, path, held, {}).items():
+        found, tests = _file_sites(path, context, held, {})
+        params.update(tests)
+        for test_id, test in tests.items():
+            cases[test_id] = {f"{test_id}[{i}]": combo for i, combo in test.cases() or ()}
+        for (test_id, index, _), (_, _, p) in found.items():
             if p is not None:
                 literals[(test_id, index)] = (p[1], p[2])
     nodes: dict[str, list[str]] = {}
     for nodeid in passed:
         nodes.setdefault(base_id(nodeid), []).append(nodeid)
+    others: dict[str, set[str]] = {}
+    for nodeid in reported:
+        others.setdefault(base_id(nodeid), set()).add(nodeid)
     kept: dict[str, tuple[int, ...]] = {}
     for test_id, indices in held.items():
         good = []
@@ -295,19 +756,34 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
             if (test_id, index) not in literals or not nodes.get(test_id):
                 continue
             op, literal = literals[(test_id, index)]
+            known = cases.get(test_id, {})
+            if isinstance(literal, Column) and not all(
+                    n in known for n in {*nodes[test_id], *others.get(test_id, ())}):
+                continue  # a case pytest names otherwise than the host: not held
             ok = True
             for nodeid in nodes[test_id]:
+                want = literal
+                if isinstance(literal, Column):
+                    d, c = params[test_id].columns[literal.name]
+                    want = _literal(params[test_id].decorators[d].rows[known[nodeid][d]][c])
                 values = [(e, plain) for i, e, plain in probes.get(nodeid, ()) if i == index]
                 if len(values) != 1 or not values[0][1] \
-                        or not matches(read(values[0][0]), op, literal):
+                        or not matches(read(values[0][0]), op, want):
                     ok = False
                     break
             if ok:
                 good.append(index)
         if good:
             kept[test_id] = tuple(good)
-    return kept
+    # a table is held only where all its readers keep their columns of it
+    for path in pristine:
+        if path.endswith(".py"):
+            found, _ = _file_sites(path, context, kept, {})
+            for (test_id, index, _), (_, _, p) in found.items():
+                if p is None:
+                    kept[test_id] = tuple(i for i in kept[test_id] if i != index)
+    return {t: s for t, s in kept.items() if s}
 
 
-__all__ = ["HeldRuns", "HeldSites", "calibrated", "candidates", "matches", "met", "parts",
-           "read", "rewrite", "unmet"]
+__all__ = ["Column", "HeldRuns", "HeldSites", "calibrated", "candidates", "matches", "met",
+           "parametrized", "parts", "read", "restore_ids", "rewrite", "unmet"]

@@ -112,7 +112,8 @@ def _outcome(entry: Mapping[str, Any], expect: Mapping[str, Mapping[int, Any]] |
     """A test's outcome, a pass turned into a failure where a held expectation of it was not
     met (an xpass into an xfail: the assertion failed, as the test expects)."""
     outcome, message = entry["outcome"], entry.get("message", "")[:MESSAGE_CHARS]
-    sites = (expect or {}).get(base_id(entry["id"]))
+    expect = expect or {}  # a case held per parametrize argument has its own entry
+    sites = expect.get(entry["id"], expect.get(base_id(entry["id"])))
     if sites and outcome in PASSING:
         why = unmet([(h[0], h[1], h[2]) for h in entry.get("held", [])], sites)
         if why is not None:
@@ -233,7 +234,7 @@ class Calibration:
     not pass (skipped, xfailed or failing: they neither earn nor fail); `calibrated`: a
     reference solution was run; `reference_ids`: the node ids its run reported;
     `sentinels`: the sentinel sites grades draw from (sentinel.py); `held`: the sites whose
-    expected value the host holds (held.py, `Grader(hold=True)`).
+    expected value the host holds (held.py; the Grader holds them unless `hold=False`).
     """
 
     canaries: CanarySet

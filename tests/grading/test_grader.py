@@ -156,7 +156,9 @@ def test_reference_solution_passes(grader, toy_task):
     report = grader.grade(toy_task, {"calc.py": toy_task.solution["calc.py"].encode()})
     assert isinstance(report, GradeReport)
     assert (report.passed, report.total, report.score, report.all_passed) == (3, 3, 1.0, True)
-    assert report.reason == "" and report.exit_code == 1 and not report.timed_out  # canaries
+    # the canaries fail on the host: each held site is an emission in the sandbox (held.py),
+    # so both pytest runs exit 0 (with `hold=False` the canaries' run exits 1)
+    assert report.reason == "" and report.exit_code == 0 and not report.timed_out
     assert (report.earning, report.earned, report.canaried, report.calibrated) == (3, 3, 3, True)
     assert {t.canary for t in report.tests} == {"failed"} and report.forgery == ()
     assert report.summary() == "Hidden tests: 3 of 3 passed."
@@ -376,7 +378,8 @@ def test_small():
 '''
 
 
-def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader, make_task):
+def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader, local_pool,
+                                                                         make_task):
     task = make_task(tests={"test_calc.py": HANGING_CANARY_TESTS}, timeout=4.0)
     calibration = grader.calibration(task)
     assert calibration.calibrated
@@ -386,7 +389,17 @@ def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader,
     assert report.score == 1.0 and not report.timed_out, report
     earns = {t.name: t.earns for t in report.tests}
     assert earns == {"test_calc::test_add_in_a_thread": False, "test_calc::test_small": True}
-    wrong = grader.grade(task, {"calc.py": b"def add(a, b):\n    return a - b\n"})
+    wrong_code = {"calc.py": b"def add(a, b):\n    return a - b\n"}
+    # the worker's `assert x == 3` is held (the default Grader): the sandbox only emits the
+    # value, so the wrong answer no longer hangs the test; the host fails it, a gate
+    wrong = grader.grade(task, wrong_code)
+    assert wrong.score == 0.0 and not wrong.timed_out, wrong
+    assert wrong.gates_failed == ("test_calc::test_add_in_a_thread",), wrong
+    assert {t.name: t.message.startswith(HELD_FAILED) for t in wrong.tests} == {
+        "test_calc::test_add_in_a_thread": True, "test_calc::test_small": True}, wrong.tests
+    # the canary scheme alone (hold=False): the assertion fails in the worker, which never
+    # sets the event, and the grade times out naming the test
+    wrong = Grader(local_pool, hold=False).grade(task, wrong_code)
     assert wrong.score == 0.0 and wrong.timed_out and "test_add_in_a_thread" in wrong.reason
 
 
@@ -424,7 +437,11 @@ def test_a_keyboard_interrupt_fails_its_test_and_the_run_goes_on(grader, make_ta
     outcomes = {t.name: t.outcome for t in report.tests}
     assert outcomes == {"test_calc::test_stop_interrupts": "passed",
                         "test_calc::test_add": "failed", "test_calc::test_add_more": "failed"}
-    assert report.earned == 1 and not report.infra_error, report  # only stop() is right
+    # only stop() is right; held expectations (the default) hold both adds, so the
+    # `pytest.raises` test, which holds no site, gates: nothing earned
+    assert {t.name for t in report.tests if t.earns} == {"test_calc::test_add",
+                                                         "test_calc::test_add_more"}, report
+    assert report.earned == 0 and not report.infra_error, report
     assert all("KeyboardInterrupt" in t.message for t in report.tests if t.outcome == "failed")
 
 
@@ -557,11 +574,16 @@ def _secret(grader, number):
 
 def test_an_invalid_canary_is_redrawn_so_every_secret_earns_the_same(local_pool, make_task):
     # test_unreached_first has five candidates, four unreached: which one a secret draws first
-    # decides nothing, the redraws find the reachable `result > 0` (its complement)
+    # decides nothing, the redraws find the reachable `result > 0` (its complement). The
+    # canary scheme alone (hold=False): by default test_unreached_first, which holds no site,
+    # gates wherever test_add holds one (below), whatever its canary
     task = make_task(tests={"test_calc.py": REDRAWN_TESTS})
+    held = Grader(local_pool).grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert held.score == 1.0 and {t.name for t in held.tests if t.earns} == {
+        "test_calc::test_add"}, held
     earning = set()
     for number in range(3):
-        grader = _secret(Grader(local_pool), number)
+        grader = _secret(Grader(local_pool, hold=False), number)
         calibration = grader.calibration(task)
         assert calibration.calibrated
         canary = calibration.canaries.canaries["test_calc.py::test_unreached_first"]

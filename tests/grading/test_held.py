@@ -107,3 +107,218 @@ def test_calibration_holds_only_plain_values_meeting_the_literal_once():
     kept = held.calibrated(sites, {"test_calc.py": TESTS}, probes, ["test_calc.py::test_plain"])
     assert kept == {"test_calc.py::test_plain": (1, 4)}
     assert held.calibrated(sites, {"test_calc.py": TESTS}, probes, []) == {}
+
+
+# -- parametrize expectations: held per case -------------------------------------------------
+PARAM_TESTS = '''\
+import pytest
+
+from calc import add, name
+
+PAIRS = (
+    (1, "one"),
+    (2, "two"),
+)
+
+LOOSE = [(1, 2), (3, 4)]
+
+
+@pytest.mark.parametrize(("n", "word"), PAIRS)
+def test_name(n, word):
+    assert name(n) == word
+
+
+@pytest.mark.parametrize(("n", "word"), PAIRS)
+def test_name_again(n, word):
+    assert word != name(n + 10)
+
+
+@pytest.mark.parametrize("a,b,total", [(1, 2, 3), (2, 2, 4)])
+@pytest.mark.parametrize("scale", [1, 10])
+def test_stacked(a, b, total, scale):
+    x = add(a * scale, b * scale) // scale
+    assert x == total
+
+
+@pytest.mark.parametrize("x", ["secret-a", "secret-b"])
+def test_single(x):
+    assert x == name(0)
+
+
+@pytest.mark.parametrize("text,upper", [("malmö", "MALMÖ"), ("a\\tb", "A\\tB"), ("\\251", "©")])
+def test_escaped(text, upper):
+    assert text.upper() == upper
+
+
+@pytest.mark.parametrize("a,b", LOOSE)
+def test_loose(a, b):
+    assert add(a, 0) == b
+
+
+def test_reads_loose():
+    assert LOOSE
+
+
+@pytest.mark.parametrize("a,b", [(1, 1), (2, 2)])
+def test_twice(a, b):
+    assert add(a, 0) == b
+    assert b > 0
+
+
+@pytest.mark.parametrize("a,b", [(1, 1), (2, 2)], ids=str)
+def test_callable_ids(a, b):
+    assert add(a, 0) == b
+
+
+@pytest.mark.parametrize("a,b", [(1, 1), (2, 2)], indirect=["a"])
+def test_indirect(a, b):
+    assert add(a, 0) == b
+
+
+@pytest.mark.parametrize("a,b", [pytest.param(1, 1), (2, 2)])
+def test_param_rows(a, b):
+    assert add(a, 0) == b
+
+
+@pytest.mark.parametrize("a,b", [(1, 5), (1, 5)])
+def test_duplicate_ids(a, b):
+    assert add(a, 4) == b
+
+
+@pytest.mark.parametrize("a,b", [(1, 5), (2, 6)])
+def test_fixture(a, b, tmp_path):
+    assert add(a, 4) == b
+'''
+PARAM_HELD = {"test_p.py::test_name", "test_p.py::test_name_again", "test_p.py::test_stacked",
+              "test_p.py::test_single", "test_p.py::test_escaped"}
+
+
+def test_parametrize_columns_read_once_from_literal_tables_are_candidates():
+    sources = {"test_p.py": PARAM_TESTS}
+    found = held.candidates(sources, ["test_p.py"])
+    assert held.parametrized(sources, ["test_p.py"]) == PARAM_HELD
+    assert found["test_p.py::test_stacked"] == (1,)
+    # a table another test reads, a column read twice, callable ids, indirect, pytest.param
+    # rows, ids pytest would make unique, a fixture argument: not held per case
+    assert not {t for t in found if t not in PARAM_HELD}
+
+
+def test_a_table_is_held_only_where_every_reader_holds_the_same_columns():
+    text = PARAM_TESTS.replace("    assert word != name(n + 10)",
+                               "    assert word != name(n + 10) or word")  # reads `word` twice
+    found = held.candidates({"test_p.py": text}, ["test_p.py"])
+    assert "test_p.py::test_name" not in found and "test_p.py::test_name_again" not in found
+    runs = held.rewrite(({"test_p.py": PARAM_TESTS}, {"test_p.py": PARAM_TESTS}),
+                        {"test_p.py::test_name": (0,)}, ((), ()))
+    # the other reader of PAIRS is not held in this grade: neither is test_name's column
+    assert runs.unheld == {"test_p.py::test_name"} and not runs.ids
+    assert '"one"' in runs.files[0]["test_p.py"]
+
+
+def _param_runs(canary: str | None = None, probe: bool = False) -> held.HeldRuns:
+    sites = held.candidates({"test_p.py": PARAM_TESTS}, ["test_p.py"])
+    sites = {t: s for t, s in sites.items() if t in PARAM_HELD}
+    return held.rewrite(({"test_p.py": PARAM_TESTS}, {"test_p.py": canary or PARAM_TESTS}),
+                        sites, ((), ()), probe=probe)
+
+
+def test_no_expected_value_or_original_id_enters_the_sandbox():
+    # the canary run: test_single's table perturbed, with pytest's own ids kept (canary.py)
+    canary = PARAM_TESTS.replace('["secret-a", "secret-b"])',
+                                 '["secret-a", "secreT-b"], ids=[\'secret-a\', \'secret-b\'])')
+    runs = _param_runs(canary)
+    real, other = runs.files[0]["test_p.py"], runs.files[1]["test_p.py"]
+    assert real == other  # the canary's values are held on the host too
+    assert real.count("\n") == PARAM_TESTS.count("\n")
+    for leak in ('"one"', '"two"', "secret", "secreT", "one-", "1-one", "3-1", "4-10"):
+        assert leak not in real, leak
+    assert "(1, 2, None)" in real and "(2, 2, None)" in real  # inputs stay, the column goes
+    assert "ids=['h0', 'h1']" in real
+    assert runs.ids["test_p.py::test_single[h1]"] == "test_p.py::test_single[secret-b]"
+    assert runs.expect[0]["test_p.py::test_single[secret-b]"] == {0: ("==", "secret-b")}
+    assert runs.expect[1]["test_p.py::test_single[secret-b]"] == {0: ("==", "secreT-b")}
+    assert runs.expect[0]["test_p.py::test_name_again[2-two]"] == {0: ("!=", "two")}
+    assert runs.expect[0]["test_p.py::test_single"] == {-2: ("never", None)}
+    assert not runs.unheld
+
+
+def test_stacked_decorators_map_every_case_to_pytests_own_id():
+    runs = _param_runs()
+    stacked = {k: v for k, v in runs.ids.items() if "test_stacked" in k}
+    # pytest joins the ids of the decorator nearest the `def` first
+    assert stacked == {"test_p.py::test_stacked[1-h0]": "test_p.py::test_stacked[1-1-2-3]",
+                       "test_p.py::test_stacked[10-h0]": "test_p.py::test_stacked[10-1-2-3]",
+                       "test_p.py::test_stacked[1-h1]": "test_p.py::test_stacked[1-2-2-4]",
+                       "test_p.py::test_stacked[10-h1]": "test_p.py::test_stacked[10-2-2-4]"}
+    assert runs.expect[0]["test_p.py::test_stacked[10-2-2-4]"] == {1: ("==", 4)}
+
+
+def test_the_ids_are_plain_pytests_before_and_after_the_rewrite(tmp_path):
+    """What the host maps is what pytest collects: the pristine file's ids are the original
+    ids, the rewritten file's are the opaque ones."""
+    import subprocess
+    import sys
+
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\n"
+                                      "def name(n):\n    return str(n)\n")
+
+    def collected(text: str) -> set[str]:
+        (tmp_path / "test_p.py").write_text(text)
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                              "-p", "no:cacheprovider", "test_p.py"], cwd=tmp_path,
+                             capture_output=True, text=True, check=False).stdout
+        return {line for line in out.splitlines() if "::" in line}
+
+    runs = _param_runs()
+    pristine, rewritten = collected(PARAM_TESTS), collected(runs.files[0]["test_p.py"])
+    assert set(runs.ids.values()) <= pristine
+    assert set(runs.ids) <= rewritten
+    assert {runs.ids.get(i, i) for i in rewritten} == pristine
+
+
+def test_probes_keep_the_table_and_its_ids():
+    runs = _param_runs(probe=True)
+    text = runs.files[0]["test_p.py"]
+    assert '(1, "one")' in text and text.count("ids=") == 1 and not runs.ids
+    assert 'assert __import__("opd_grading").hold(0, (name(n))) == word' in text
+
+
+def test_calibration_vouches_for_each_case():
+    sources = {"test_p.py": PARAM_TESTS}
+    sites = {t: s for t, s in held.candidates(sources, ["test_p.py"]).items()
+             if t in PARAM_HELD}
+    probes = {"test_p.py::test_single[secret-a]": [(0, "'secret-a'", True)],
+              "test_p.py::test_single[secret-b]": [(0, "'secret-b'", True)],
+              "test_p.py::test_name[1-one]": [(0, "'one'", True)],
+              "test_p.py::test_name[2-two]": [(0, "'two'", True)],
+              "test_p.py::test_name_again[1-one]": [(0, "'x'", True)],
+              "test_p.py::test_name_again[2-two]": [(0, "'y'", True)]}
+    passed = list(probes)
+    kept = held.calibrated(sites, sources, probes, passed)
+    assert kept == {"test_p.py::test_single": (0,), "test_p.py::test_name": (0,),
+                    "test_p.py::test_name_again": (0,)}
+    # one case's value is another case's: not vouched for, and the table's other reader
+    # loses its column too
+    wrong = {**probes, "test_p.py::test_name_again[2-two]": [(0, "'two'", True)]}
+    kept = held.calibrated(sites, sources, wrong, passed)
+    assert kept == {"test_p.py::test_single": (0,)}
+    # a node id pytest gave that the host does not know: the test is not held per case
+    kept = held.calibrated(sites, sources, probes, passed,
+                           [*passed, "test_p.py::test_single[secret-c]"])
+    assert "test_p.py::test_single" not in kept
+
+
+def test_restored_ids_are_pytests_own_and_unknown_ones_stay():
+    runs = _param_runs()
+    data = {"variants": [{"tests": [{"id": "test_p.py::test_single[h0]", "outcome": "passed"},
+                                    {"id": "test_p.py::test_single[h7]", "outcome": "passed"}],
+                          "running": ["test_p.py::test_single[h1]"]}]}
+    restored = held.restore_ids(data, runs.ids)["variants"][0]
+    assert [e["id"] for e in restored["tests"]] == ["test_p.py::test_single[secret-a]",
+                                                    "test_p.py::test_single[h7]"]
+    assert restored["running"] == ["test_p.py::test_single[secret-b]"]
+    expect = runs.expect[0]
+    assert held.met([(0, "'secret-a'", True)], expect["test_p.py::test_single[secret-a]"])
+    assert not held.met([(0, "'secret-b'", True)], expect["test_p.py::test_single[secret-a]"])
+    assert held.unmet([(0, "'secret-a'", True)], expect["test_p.py::test_single"]) == \
+        "a case of the test the host holds no value for"

@@ -19,6 +19,7 @@ import pytest
 
 from opd_gym.grading import Grader, make_canaries
 from opd_gym.grading import test_paths as hidden_paths
+from opd_gym.grading.verdict import HELD_FAILED
 from opd_gym.sandboxes import make_pool
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks import Task
@@ -200,7 +201,11 @@ def test_the_honest_solution_scores_one_under_plain_pytests_ids(grades, tasks, n
     report = grades[(name, "honest")]
     assert report.score == 1.0 and report.forgery == () and report.calibrated, (
         report.reason, report.summary())
-    assert report.earning == len(tasks[name].test_ids)  # every node id earns: a valid canary
+    # every node id has a valid canary; by default (held expectations) those that hold a
+    # site earn and the others gate, so at least one earns (the held test_plurals_of_nothing
+    # and test_push_pop hold one)
+    assert report.canaried == len(tasks[name].test_ids), report.tests
+    assert 1 <= report.earning <= len(tasks[name].test_ids), report.tests
     # exact test_ids: both variants reported plain pytest's very ids (else a reason is set)
     assert report.reason == ""
     assert len(report.tests) == len(tasks[name].test_ids)
@@ -210,13 +215,21 @@ def test_the_honest_solution_scores_one_under_plain_pytests_ids(grades, tasks, n
                                                   "test_words::test_plural[-]"}
 
 
+def _caught(report) -> set[str]:
+    """The tests a grade shows forged: named by a canary that passed with them, or (held
+    expectations, the default) failed on the host at a held site."""
+    return set(report.forgery) | {t.name for t in report.tests if t.outcome == "failed"
+                                  and t.message.startswith(HELD_FAILED)}
+
+
 @pytest.mark.parametrize("name", ["words", "stack"])
 def test_a_consistent_eq_liar_is_caught(grades, name):
     report = grades[(name, "liar")]
-    assert report.score == 0.0 and report.forgery and "a canary passed" in report.reason, (
-        report.reason, report.summary())
+    assert report.score == 0.0 and report.earned == 0, (report.reason, report.summary())
+    assert not report.forgery or "a canary passed" in report.reason, report.reason
     assert not report.infra_error
+    names = _caught(report)
+    assert names, (report.reason, report.tests)
     if name == "words":
-        names = set(report.forgery)
         assert "test_words::test_plurals_of_nothing" in names  # the empty-result test
-        assert any(n.startswith("test_words::test_plural[") for n in names)
+        assert any(n.startswith("test_words::test_plural[") for n in names), names

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from opd_gym.grading.verdict import HELD_FAILED
 from opd_gym.tasks import Task, from_humaneval, load_suite
 
 pytestmark = pytest.mark.docker
@@ -378,9 +379,17 @@ def test_shadowed_builtins_never_reach_a_dataset_check(attack_grades):
 @pytest.mark.parametrize(("target", "name"), CAUGHT_BY_CANARIES)
 def test_forgeries_that_pass_real_tests_are_named_by_their_canaries(attack_grades, target,
                                                                      name):
+    """Under plain pytest these pass the real tests; the grade names why it pays nothing:
+    a canary passed with its test (a forgery), or, where the host holds the test's expected
+    value (the default Grader, held.py), the value the solution emitted there did not meet
+    it, so the forged pass never reaches the canary comparison."""
     report = attack_grades[(target, name)]
-    assert report.forgery and "a canary passed" in report.reason, report
-    assert report.score == 0.0
+    held = [t.name for t in report.tests
+            if t.outcome == "failed" and t.message.startswith(HELD_FAILED)]
+    assert (report.forgery and "a canary passed" in report.reason) or held, (
+        report.reason, report.tests)
+    assert report.score == 0.0 and (report.forgery or report.earned == 0), (report.reason,
+                                                                      report.tests)
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -558,7 +567,12 @@ def test_honest_solutions_score_one(grader, source):
     report = grader.grade(HONEST_TASK, {"shapes.py": source.encode()})
     assert report.score == 1.0 and report.all_passed, (report.summary(), report.reason,
                                                        report.tests)
-    assert report.earning == 6 and report.forgery == ()
+    assert report.forgery == ()
+    # held expectations (the default Grader): a test with no held site gates where its task
+    # holds one; here only the str-Enum test, whose asserts are `and`s, holds none
+    assert {t.name for t in report.tests if not t.earns} == {
+        "test_shapes::test_str_enum_isinstance"}, report.tests
+    assert report.earning == 5
 
 
 def test_every_dataset_fixture_solution_scores_one_and_its_starter_zero(grader):

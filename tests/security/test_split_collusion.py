@@ -10,11 +10,13 @@ clone of a test with one expected value changed, which the forgery passes togeth
 test: the grade is a forgery, 0. The expectation is taken over at least 100 grades per strategy
 on built-in, dataset and repository tasks.
 
-Sentinels leave two strategies open, which host-held expectations close (`Grader(hold=True)`,
-opd_gym/grading/held.py): a coin per test ITEM (a forged pass is flagged only when both of a
-pair pass) and a name-aware split (forge, in one run, only the tests a reader of the hidden
-files recognises as no clone). With held expectations the expected literal of a held
-assertion never enters the sandbox, so a forged pass of a held test fails on the host.
+Sentinels leave two strategies open, which host-held expectations close (the Grader's
+default, opd_gym/grading/held.py; `Grader(hold=False)` opts out): a coin per test ITEM (a
+forged pass is flagged only when both of a pair pass) and a name-aware split (forge, in one
+run, only the tests a reader of the hidden files recognises as no clone). With held
+expectations the expected literal of a held assertion never enters the sandbox, so a forged
+pass of a held test fails on the host. The attack tests run against the DEFAULT Grader; the
+controls (sentinels off, or `hold=False`) show the payloads are paid without the defence.
 """
 
 from __future__ import annotations
@@ -137,23 +139,90 @@ def split(task: Task, strategy: str, uid: int = 0, p: float = 0.5) -> dict[str, 
     return {p: t.encode() for p, t in files.items()}
 
 
+# repository tasks, pinned by id (the suite grows): the first earns only through parametrize
+# cases (`@pytest.mark.parametrize(..., TABLE)` then `assert f(x) == want`), held one by one
+# (held.py); the second through literal sites
+REPO = ("inflection-004612abbc", "inflection-42ad2fd8b5")
+
+PARAMETRIZED_TESTS = '''\
+import pytest
+
+from words import plural, shout
+
+PLURALS = [
+    ("cat", "cats"),
+    ("box", "boxes"),
+    ("city", "cities"),
+    ("sheep", "sheep"),
+]
+
+
+@pytest.mark.parametrize(("word", "want"), PLURALS)
+def test_plural(word, want):
+    assert plural(word) == want
+
+
+@pytest.mark.parametrize("text,loud", [("hi", "HI!"), ("ok", "OK!"), ("a b", "A B!")])
+@pytest.mark.parametrize("times", [1, 2])
+def test_shout(text, loud, times):
+    assert shout(text, times)[:len(text) + 1] == loud
+'''
+
+PARAMETRIZED_REFERENCE = '''\
+def plural(word):
+    if word == "sheep":
+        return word
+    if word.endswith("y"):
+        return word[:-1] + "ies"
+    if word.endswith("x"):
+        return word + "es"
+    return word + "s"
+
+
+def shout(text, times):
+    return (text.upper() + "!") * times
+'''
+
+
+def parametrized_task() -> Task:
+    """Expectations from a module-level table and an inline one, stacked decorators."""
+    return Task(id="held_parametrize", prompt="Pluralise and shout.",
+                files={"words.py": "def plural(word):\n    return word\n\n\n"
+                                   "def shout(text, times):\n    raise NotImplementedError\n"},
+                tests={"test_words.py": PARAMETRIZED_TESTS},
+                solution={"words.py": PARAMETRIZED_REFERENCE}, timeout=60.0)
+
+
 @pytest.fixture(scope="module")
 def tasks() -> list[Task]:
     suite = {t.id: t for t in load_suite("coding")}
     chosen = [suite[i] for i in BUILTIN]
     chosen += list(load_tasks(FIXTURES / "humaneval.jsonl", schema="humaneval"))
     chosen += list(load_tasks(FIXTURES / "mbpp.jsonl", schema="mbpp"))
-    chosen += list(load_tasks("repo"))[:2]  # inflection: the fastest calibration
-    return chosen
+    repo = {t.id: t for t in load_tasks("repo")}
+    return chosen + [repo[i] for i in REPO] + [parametrized_task()]
 
 
 @pytest.fixture(scope="module")
 def grader(docker_grader, tasks):
-    """The session's Grader (tests/security/conftest.py): the built-in and dataset tasks
-    are calibrated once for all security modules."""
+    """The session's Grader (tests/conftest.py), a default one (held expectations on): the
+    built-in and dataset tasks are calibrated once for all security modules."""
+    assert docker_grader.hold  # the default: the attacks below play against it
     with ThreadPoolExecutor(3) as workers:
         list(workers.map(docker_grader.calibration, tasks))
     return docker_grader
+
+
+@pytest.fixture(scope="module")
+def unheld_grader(tasks):
+    """A Grader that opts out of held expectations (`hold=False`: the canary scheme and
+    sentinels alone), for the controls; its built-in tasks calibrated for it."""
+    pool = make_pool("docker", size=3, workers=3)
+    grader = Grader(pool, hold=False)
+    with ThreadPoolExecutor(3) as workers:
+        list(workers.map(grader.calibration, [t for t in tasks if t.id in BUILTIN]))
+    yield grader
+    pool.close()
 
 
 def _grades(grader: Grader, jobs: list[tuple[Task, dict[str, bytes]]]) -> list[float]:
@@ -178,73 +247,61 @@ def test_a_split_earns_nothing_in_expectation(grader, tasks, strategy):
     assert mean <= 0.01, scores
 
 
-def test_every_task_here_holds_sentinels(grader, tasks):
-    """The defence is in place on every task the expectation is taken over."""
-    assert all(grader.calibration(task).sentinels for task in tasks)
+def test_every_task_here_holds_sentinels_or_earns_only_through_held_sites(grader, tasks):
+    """A defence against whole-run splits is in place on every task the expectation is taken
+    over: sentinels, or held sites on every earning test (a case held per parametrize
+    argument gets no clone: a clone would copy its decorator)."""
+    for task in tasks:
+        calibration = grader.calibration(task)
+        assert calibration.earning, task.id
+        assert calibration.sentinels or (calibration.held_only and all(
+            base_id(i) in calibration.held for i in calibration.earning)), task.id
 
 
-def test_without_sentinels_the_same_split_is_paid(grader, tasks, monkeypatch):
-    """The control: the payload works; only the sentinels stop it."""
+def test_without_sentinels_the_same_split_is_paid(unheld_grader, tasks, monkeypatch):
+    """The control: the payload works; without held expectations only the sentinels stop
+    it."""
     monkeypatch.setattr(grader_module, "SENTINELS", 0)
     builtin = [t for t in tasks if t.id in BUILTIN]
-    scores = _grades(grader, _jobs(builtin, "uid", 2 * len(builtin)))
+    scores = _grades(unheld_grader, _jobs(builtin, "uid", 2 * len(builtin)))
     assert statistics.fmean(scores) >= 0.1, scores
 
 
 # -- host-held expectations (held.py): per-item coins and name-aware splits ----------------
 
-# repository tasks whose earning tests hold a site (the first one of the suite earns only
-# through parametrize arguments, which hold none: it keeps the canary scheme, see the docs)
-HELD_REPO = ("inflection-004a48e1b3", "inflection-42ad2fd8b5")
-
-
-@pytest.fixture(scope="module")
-def held_tasks(tasks) -> list[Task]:
-    """The built-in and dataset tasks above, and repository tasks that hold sites."""
-    every = list(load_tasks("repo"))
-    repo_ids = {t.id for t in every}
-    repo = {t.id: t for t in every if t.id in HELD_REPO}
-    return [t for t in tasks if t.id not in repo_ids] + [repo[i] for i in HELD_REPO]
-
-
-@pytest.fixture(scope="module")
-def held_grader(held_tasks):
-    """A Grader holding expectations on the host (`Grader(hold=True)`), its tasks
-    calibrated for it."""
-    pool = make_pool("docker", size=3, workers=3)
-    grader = Grader(pool, hold=True)
-    with ThreadPoolExecutor(3) as workers:
-        list(workers.map(grader.calibration, held_tasks))
-    yield grader
-    pool.close()
-
-
-def test_every_task_here_earns_only_through_held_sites(held_grader, held_tasks):
-    """On every task the held expectations are taken over, only tests with a held site earn:
-    no forged pass of an earning test comes without guessing a value the host holds."""
-    for task in held_tasks:
-        calibration = held_grader.calibration(task)
+def test_every_task_here_earns_only_through_held_sites(grader, tasks):
+    """On every task here only tests with a held site earn: no forged pass of an earning
+    test comes without guessing a value the host holds (the repository tasks' and the
+    hand-made task's are parametrize cases, held one by one)."""
+    for task in tasks:
+        calibration = grader.calibration(task)
         assert calibration.held_only, task.id
         assert calibration.earning, task.id
         assert all(base_id(i) in calibration.held for i in calibration.earning), task.id
+    made = grader.calibration(tasks[-1])
+    assert set(made.held) == {"test_words.py::test_plural", "test_words.py::test_shout"}
+    assert len(made.earning) == 9, sorted(made.earning)  # the starter passes the sheep: a gate
+    for task in (tasks[-3], tasks[-1]):  # they earn through cases held one by one
+        assert all("[" in i for i in grader.calibration(task).earning), task.id
+    assert "test_inflection.py::test_tableize" in {
+        base_id(i) for i in grader.calibration(tasks[-3]).earning}
 
 
-# Held expectations are opt-in (Grader(hold=True)) for now; when they were added, coins at
-# p = 0.5 and 0.2 were played too (104 grades each): both paid nothing.
+# When held expectations were added, coins at p = 0.5 and 0.2 were played too (104 grades
+# each): both paid nothing.
 HELD_GRADES = GRADES
 
 
 @pytest.mark.parametrize(("strategy", "p"), [("item", 0.3), ("names", 0.0)])
-def test_held_expectations_pay_no_per_item_coin_or_name_aware_split(held_grader, held_tasks,
+def test_held_expectations_pay_no_per_item_coin_or_name_aware_split(grader, tasks,
                                                                      strategy, p):
     """Each test item forged on its own coin (p = 0.3: no signal, flagged only when a
     pair passes together), or only the tests a reader of the hidden files recognises as no
     sentinel clone, in one uid's run: a held test passes only with the value the host holds,
     which no forgery knows."""
-    tasks = held_tasks
     jobs = [(task, split(task, strategy, 1001 + (n // len(tasks)) % 2, p))
             for n in range(HELD_GRADES) for task in [tasks[n % len(tasks)]]]
-    reports = _reports(held_grader, jobs)
+    reports = _reports(grader, jobs)
     scores = [r.score for r in reports]
     assert len(scores) == HELD_GRADES
     assert not any(r.infra_error for r in reports), [r.reason for r in reports if r.infra_error]
@@ -254,11 +311,15 @@ def test_held_expectations_pay_no_per_item_coin_or_name_aware_split(held_grader,
     assert mean <= 0.01, scores
 
 
-def test_without_held_expectations_the_per_item_coin_is_paid(grader, tasks):
-    """The control: on the built-in tasks the default Grader pays the per-item coin."""
+def test_without_held_expectations_the_per_item_coin_is_paid(unheld_grader, tasks):
+    """The control: on the built-in tasks a Grader that opts out (`hold=False`) pays the
+    per-item coin."""
     builtin = [t for t in tasks if t.id in BUILTIN]
-    scores = _grades(grader, [(t, split(t, "item", p=0.25)) for t in builtin * 3])
-    assert statistics.fmean(scores) >= 0.02, scores
+    scores = _grades(unheld_grader, [(t, split(t, "item", p=0.25)) for t in builtin * 3])
+    mean = statistics.fmean(scores)
+    print(f"item p=0.25 without held expectations: mean correctness {mean:.4f} over "
+          f"{len(scores)} grades ({sum(s > 0 for s in scores)} paid)")
+    assert mean >= 0.02, scores
 
 
 def _reports(grader: Grader, jobs: list[tuple[Task, dict[str, bytes]]]) -> list:
@@ -400,23 +461,34 @@ def held_task() -> Task:
                 timeout=60.0)
 
 
-def test_held_sites_keep_honest_fidelity(held_grader):
+def test_held_sites_keep_honest_fidelity(grader):
     """Honest answers of other types than the literal's score as under plain pytest: an int
     subclass, a namedtuple against a tuple, a float equal to an int literal, a str Enum, a
     list subclass inside a dict, a frozenset against a set, a computed True; a wrong answer
     fails its held site, and a no-op `runtest` passes nothing."""
     task = held_task()
-    calibration = held_grader.calibration(task)
+    calibration = grader.calibration(task)
     assert set(calibration.held) == {base_id(i) for i in calibration.reference_ids}
     assert calibration.held_only and len(calibration.earning) == 7
-    exotic = held_grader.grade(task, {"values.py": HELD_EXOTIC.encode()})
+    exotic = grader.grade(task, {"values.py": HELD_EXOTIC.encode()})
     assert exotic.score == 1.0, (exotic.reason, exotic.tests)
     wrong = HELD_EXOTIC.replace("return Pair(1, \"b\")", "return Pair(1, \"c\")")
-    report = held_grader.grade(task, {"values.py": wrong.encode()})
+    report = grader.grade(task, {"values.py": wrong.encode()})
     failed = {t.name for t in report.tests if t.outcome == "failed"}
     assert failed == {"test_values::test_tuple", "test_values.TestUnit::test_equal"}, failed
     assert all(t.message == f"{HELD_FAILED}: the value compared was (1, 'c')"
                for t in report.tests if t.outcome == "failed"), report.tests
     assert report.score == pytest.approx(5 / 7) and not report.forgery
-    noop = held_grader.grade(task, split(task, "item", p=1.0))
+    noop = grader.grade(task, split(task, "item", p=1.0))
     assert noop.score == 0.0, noop.tests
+
+
+def test_parametrized_references_score_one_and_starters_zero(grader, tasks):
+    """Cases held per parametrize argument keep plain pytest's verdicts for honest code."""
+    for task in tasks[-3:]:
+        files = {**task.files, **task.solution}
+        reference = grader.grade(task, {p: t.encode() for p, t in files.items()})
+        assert reference.score == 1.0, (task.id, reference.reason, [
+            (t.name, t.outcome, t.message) for t in reference.tests if t.outcome != "passed"])
+        starter = grader.grade(task, {p: t.encode() for p, t in task.files.items()})
+        assert starter.score == 0.0 and not starter.infra_error, (task.id, starter.reason)

@@ -206,10 +206,17 @@ def test_format_only_tests_and_fixed_builtin_tasks_on_the_real_grader(make_task)
                                           ("decode_secret", "first_divisible", "mystery_checksum")]
     with make_pool("local", size=2) as pool:
         checks = {c.task_id: c for c in check_tasks(tasks, Grader(pool).grade, workers=2)}
-    flagged = checks["format_only"]
+        # the canary scheme alone (hold=False): the type check earns, a wrong int is paid
+        [flagged] = check_tasks([format_only], Grader(pool, hold=False).grade, workers=2)
     assert flagged.format_only and flagged.wrong.score >= WRONG_LIMIT
     assert flagged.reference.score == 1.0 and flagged.starter.score == 0.0
     assert any("format only" in p for p in flagged.problems)
+    # held expectations (the default): only test_add holds a site, the type check gates, so
+    # the wrong answer earns nothing and the task is no longer format-only
+    held = checks["format_only"]
+    assert held.ok and not held.format_only and held.wrong.score == 0.0, held.problems
+    assert {t.name for t in held.reference.tests if t.earns} == {"test_calc::test_add"}
+    assert held.reference.score == 1.0 and held.starter.score == 0.0
     for task_id in ("toy_add", "decode_secret", "first_divisible", "mystery_checksum"):
         check = checks[task_id]
         assert check.ok, (task_id, check.problems)
