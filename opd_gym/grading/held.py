@@ -225,23 +225,26 @@ class _ParamTest:
             count *= len(decorator.rows)
         if count > _MAX_CASES:
             return None
-        out: list[tuple[str, tuple[int, ...]]] = [("", ())]
-        for decorator in self.decorators:
-            out = [(f"{i}-{part}" if combo else part, (*combo, row))
-                   for i, combo in out for row, part in enumerate(decorator.ids)]
+        out = _combined([decorator.ids for decorator in self.decorators])
         if len({i for i, _ in out}) != len(out):
             return None
         return out
 
     def opaque(self, held: Collection[int]) -> dict[tuple[int, ...], str]:
         """The sandbox's id of each case: rows of the `held` decorators named by position."""
-        out: list[tuple[str, tuple[int, ...]]] = [("", ())]
-        for index, decorator in enumerate(self.decorators):
-            parts = [_OPAQUE.format(r) for r in range(len(decorator.rows))] \
-                if index in held else decorator.ids
-            out = [(f"{i}-{part}" if combo else part, (*combo, row))
-                   for i, combo in out for row, part in enumerate(parts)]
-        return {combo: i for i, combo in out}
+        return {combo: i for i, combo in _combined([
+            [_OPAQUE.format(r) for r in range(len(decorator.rows))] if index in held
+            else decorator.ids for index, decorator in enumerate(self.decorators)])}
+
+
+def _combined(ids: list[list[str]]) -> list[tuple[str, tuple[int, ...]]]:
+    """(node id suffix, row per decorator) of every case of stacked decorators whose rows are
+    named `ids[d]`, as pytest joins them (the first decorator's part first, `-` between)."""
+    out: list[tuple[str, tuple[int, ...]]] = [("", ())]
+    for parts in ids:
+        out = [(f"{i}-{part}" if combo else part, (*combo, row))
+               for i, combo in out for row, part in enumerate(parts)]
+    return out
 
 
 def _plain_id(text: object) -> bool:
