@@ -151,7 +151,7 @@ def _own_nodes(statement: ast.stmt) -> list[ast.AST]:
 def candidates(sources: Mapping[str, str], paths: Iterable[str]) -> dict[str, tuple[int, ...]]:
     """Every holdable site of the test modules `paths`: {test base id: body indices}."""
     found: dict[str, tuple[int, ...]] = {}
-    context = _context(sources)
+    context = _Context(sources)
     for path in sorted(paths):
         if not path.endswith(".py") or path not in sources:
             continue
@@ -165,7 +165,7 @@ def candidates(sources: Mapping[str, str], paths: Iterable[str]) -> dict[str, tu
 def parametrized(sources: Mapping[str, str], paths: Iterable[str]) -> frozenset[str]:
     """The tests of `paths` with a holdable site whose expectation is a parametrize argument
     (no sentinel is cloned from them: a clone would copy the decorator and read the table)."""
-    context = _context(sources)
+    context = _Context(sources)
     out: set[str] = set()
     for path in sorted(paths):
         if path.endswith(".py") and path in sources:
@@ -473,10 +473,6 @@ class _Context:
         return self._read
 
 
-def _context(sources: Mapping[str, str]) -> _Context:
-    return _Context(sources)
-
-
 def _parametrized(tree: ast.Module, path: str, held: HeldSites | None) -> bool:
     """Whether a test of `held` (any, where None) in the module is parametrized."""
     names = None if held is None else {t.rpartition("::")[2] for t in held
@@ -556,7 +552,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     of the table (a placeholder in every row) and gives the decorator opaque `ids=`; the host
     holds each case's value under pytest's own node id for it, and `ids` maps the ids the
     runs report back to those."""
-    context = (_context(files[0]), _context(files[1]))
+    context = (_Context(files[0]), _Context(files[1]))
     found: list[dict[str, _Found]] = []
     params: list[dict[str, dict[str, _ParamTest]]] = []
     for run in (0, 1):
@@ -732,7 +728,7 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
     the host names alike, and where every other reader of its table keeps its column too."""
     from opd_gym.nodeids import base_id
 
-    context = _context(pristine)
+    context = _Context(pristine)
     literals: dict[tuple[str, int], Expect] = {}
     cases: dict[str, dict[str, tuple[int, ...]]] = {}  # test id -> {node id: rows}
     params: dict[str, _ParamTest] = {}
