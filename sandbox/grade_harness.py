@@ -22,7 +22,8 @@ tests in it); the zygote forks the variants ONE AT A TIME, in random order. Each
 own uid (Docker: the agent's uid + 1 + its index; neither owns the workspace, which is closed
 to them while grading), clears its environment, enters the tree and calls `pytest.main` with
 the task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
-`--continue-on-collection-errors` (and, given `select`, only those node ids). A small plugin
+`--continue-on-collection-errors` (and, given `select`, only those node ids; given the
+variant's `skip`, none of those base ids: tests that run in one variant only). A small plugin
 writes one JSON line per started and per finished test to an inherited pipe (fd 3); a held
 expectation (`opd_grading.hold`, opd_gym/grading/held.py) writes the canonical form of the
 solution's value there too, which the harness files under the test running. When a
@@ -372,20 +373,34 @@ def outcome_of(reports):
     return "error", "the test reported no call phase"
 
 
+def base_id(nodeid):
+    """A node id without its parametrization suffix (opd_gym.nodeids.base_id)."""
+    import re
+
+    return re.sub(r"\[.*\]$", "", nodeid, flags=re.S)
+
+
 class Reporter:
     """pytest plugin: one JSON line per finished test (and per collection error) to a fd."""
 
-    def __init__(self, fd, select=None):
+    def __init__(self, fd, select=None, skip=()):
         self.fd = fd
         self.reports = {}
         self.select = None if select is None else set(select)
+        self.skip = set(skip)
+
+    def wanted(self, nodeid):
+        if self.select is not None and nodeid not in self.select:
+            return False
+        return not self.skip or base_id(nodeid) not in self.skip
 
     def pytest_collection_modifyitems(self, config, items):
-        """With a selection (a task's exact test ids), every other test is deselected."""
-        if self.select is None:
+        """With a selection (a task's exact test ids), every other test is deselected; so is
+        every test whose base id this variant skips (it runs in the other variant only)."""
+        if self.select is None and not self.skip:
             return
-        keep = [item for item in items if item.nodeid in self.select]
-        dropped = [item for item in items if item.nodeid not in self.select]
+        keep = [item for item in items if self.wanted(item.nodeid)]
+        dropped = [item for item in items if not self.wanted(item.nodeid)]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
@@ -603,7 +618,7 @@ def run_variant(command, out_fd, result_fd):
         opd_grading.WORKSPACE = tree
         import pytest
 
-        reporter = Reporter(RESULT_FD, command.get("select"))
+        reporter = Reporter(RESULT_FD, command.get("select"), command.get("skip") or ())
         plugins = [reporter, interrupt_fails()]
         if command.get("doctests"):
             plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
@@ -1399,6 +1414,8 @@ def main():
         select = request.get("select")
         if select is not None:
             select = [str(i) for i in select]
+        # base ids a variant leaves out: tests that run once, in the other variant
+        skips = [[str(i) for i in variant.get("skip") or ()] for variant in variants_in]
         path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
         variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(staging))]
         for i in range(len(staging), MAX_VARIANTS):
@@ -1413,6 +1430,7 @@ def main():
             lines[i] = json.dumps({
                 "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
                 "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
+                "skip": skips[i],
                 "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
             }) + "\n"
         del request, variants_in

@@ -1,7 +1,10 @@
-"""End to end through Docker: every built-in task solved by its reference, check_env, failures.
+"""End to end through Docker: built-in tasks solved by their reference, check_env, failures.
 
-The all-tasks test runs episodes concurrently on threads, each env borrowing sandboxes from
-one shared warm pool, so the whole suite takes well under two minutes on two cores.
+The reference/wrong test plays every fourth built-in task through the env, concurrently on
+threads, each env borrowing sandboxes from one shared warm pool. Every task's grade (starter
+0, reference 1.0, wrong below) is checked by tests/tasks/test_validate.py and every task is
+played through the env by tests/agents/test_demo.py; this file checks the env's path
+(episode end, reward, the agent's own check run) on a spread of them, for CI's time.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from opd_gym.tools import format_tool_call
 pytestmark = pytest.mark.docker
 
 TASKS = load_suite("coding")
+SAMPLE = TASKS[::4]  # a spread over the sorted suite: easy to hard, stdin and library tasks
 THREADS = 4
 
 
@@ -41,11 +45,11 @@ def play(pool, agent_type, task_id, grader=None):
         env.close()
 
 
-def test_every_builtin_task_reference_passes_and_wrong_scores_lower(shared_pool, docker_grader):
+def test_builtin_tasks_reference_passes_and_wrong_scores_lower(shared_pool, docker_grader):
     # one Grader for every env, as a run shares one: each task is calibrated once, not per env
     # (the session's: other modules grading the built-in suite share its calibrations)
     grader = docker_grader
-    jobs = [(agent, task.id) for task in TASKS for agent in (ReferenceAgent, WrongAgent)]
+    jobs = [(agent, task.id) for task in SAMPLE for agent in (ReferenceAgent, WrongAgent)]
     with ThreadPoolExecutor(THREADS) as workers:
         results = list(workers.map(lambda job: play(shared_pool, *job, grader=grader), jobs))
     failures = []
@@ -57,7 +61,7 @@ def test_every_builtin_task_reference_passes_and_wrong_scores_lower(shared_pool,
             failures.append((task_id, info["grade"]["reason"], info["grade"]["output"][-800:]))
     assert not failures, failures
     by_job = dict(zip(jobs, results, strict=True))
-    for task in TASKS:
+    for task in SAMPLE:
         good, bad = by_job[(ReferenceAgent, task.id)], by_job[(WrongAgent, task.id)]
         assert bad["info"]["reward_breakdown"]["correctness"] < 1.0, task.id
         assert bad["return"] < good["return"], task.id

@@ -149,10 +149,13 @@ class Variants:
 
     `real_in[test_id]` is the index (0 or 1) of the variant holding the real test; for a test
     without a canary both hold it, and `real_in` still names one to read the outcome from.
+    `skip[i]`: base ids variant `i` leaves out (deselected there): tests that run once, in the
+    variant `real_in` names, because their other run could tell the grade nothing (once.py).
     """
 
     files: tuple[dict[str, str], dict[str, str]]
     real_in: Mapping[str, int]
+    skip: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 def parse(source: str | bytes) -> ast.Module:

@@ -55,6 +55,7 @@ from opd_gym.grading.expected import (
     in_pytest_order,
     test_paths,
 )
+from opd_gym.grading.once import run_once
 from opd_gym.grading.report import PASSING, GradeReport
 from opd_gym.grading.sentinel import (
     Placed,
@@ -255,7 +256,7 @@ class Grader:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries,
                                              sentinels=calibration.sentinels,
-                                             held=calibration.held)
+                                             held=calibration.held, calibration=calibration)
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -446,10 +447,12 @@ class Grader:
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
-             probe: bool = False) -> tuple[Merged, list[str]]:
+             probe: bool = False, calibration: Calibration | None = None
+             ) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
-        _Failed before outcomes."""
+        _Failed before outcomes. Tests whose second run tells nothing run once (once.py;
+        given the task's `calibration`, a grade, also those with an invalid or held canary)."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
@@ -463,6 +466,10 @@ class Grader:
             runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
             variants = Variants(runs.files, variants.real_in)
         ids = dict(runs.ids) if runs is not None else {}
+        variants = dataclasses.replace(variants, skip=run_once(
+            canaries, variants.real_in, placed,
+            calibration.reference_ids if calibration else (),
+            calibration.invalid if calibration else frozenset(), runs))
         try:
             sandbox = self.sandboxes.acquire()
         except SandboxError as exc:
@@ -522,6 +529,7 @@ class Grader:
             variants=list(variants.files),
             select=select,  # only these run; the others are deselected
             doctests=doctests,  # their examples come from the pristine text, the code is live
+            skip=variants.skip,  # tests that run in one variant only (once.py)
         )
         limit = VARIANTS * task.timeout + HARNESS_MARGIN
         try:

@@ -19,7 +19,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -46,7 +46,7 @@ def harness_source() -> str:
 def harness_request(
     workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
     ini: str | None, args: Sequence[str], select: Sequence[str] | None = None,
-    doctests: Mapping[str, str] | None = None,
+    doctests: Mapping[str, str] | None = None, skip: Sequence[Iterable[str]] = (),
 ) -> dict[str, Any]:
     """What the harness reads on stdin (request version 3).
 
@@ -63,13 +63,17 @@ def harness_request(
     (`--doctest-modules` in the ini; see `expected.doctest_sources`): never laid over the
     workspace, the agent's module stays and is what runs; the examples come from the pristine
     docstrings. Version 3 added `doctests` (and each variant's tree became writable).
+    `skip[i]`: base ids variant `i` deselects (tests that run once, in another variant; an
+    optional field of a variant, so older requests read alike).
     """
     return {
         "version": 3, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
         "ini": ini, "args": [str(a) for a in args],
         "select": None if select is None else [str(i) for i in select],
         "doctests": {str(p): str(t) for p, t in (doctests or {}).items()},
-        "variants": [{"files": dict(files)} for files in variants],
+        "variants": [{"files": dict(files), **({"skip": sorted(skip[i])}
+                                                if i < len(skip) and skip[i] else {})}
+                     for i, files in enumerate(variants)],
     }
 
 
@@ -77,16 +81,17 @@ def run_harness_here(
     workspace: str | os.PathLike[str], variants: Sequence[Mapping[str, str]], *,
     ini: str | None = None, args: Sequence[str] = (), timeout: float = 60.0,
     select: Sequence[str] | None = None, doctests: Mapping[str, str] | None = None,
+    skip: Sequence[Iterable[str]] = (),
 ) -> bytes:
     """Run the harness as a plain local process on a workspace directory (no isolation).
 
     For task authors and the suite's own checks: the same harness and protocol as in a
-    sandbox (request version 3, see `harness_request` for `select` and `doctests`), with the
+    sandbox (request version 3, see `harness_request` for `select`, `doctests`, `skip`), with the
     agent's code under this process's uid. Never for untrusted code. Returns the harness's
     stdout (the verdict is its last line).
     """
     request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args, select,
-                              doctests)
+                              doctests, skip)
     env = dict(item.split("=", 1) for item in HARNESS_ENV)
     env["PATH"] = os.environ.get("PATH", env["PATH"])
     proc = subprocess.run(

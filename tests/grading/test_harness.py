@@ -161,6 +161,30 @@ def test_variants_run_apart_with_the_same_ids(tmp_path):
     assert first["exit"] == 0 and second["exit"] == 1
 
 
+def test_a_variant_deselects_the_base_ids_it_skips(tmp_path):
+    """A test that runs once (opd_gym/grading/once.py) is deselected in the other variant,
+    every parametrized case of it; the rest run in both, and `select` still applies."""
+    tests = ("import pytest\n\n"
+             "def test_a():\n    pass\n\n"
+             "@pytest.mark.parametrize('x', [1, 2])\n"
+             "def test_b(x):\n    assert x\n\n"
+             "class TestC:\n    def test_c(self):\n        pass\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    raw = run_harness_here(ws, [{"tests/test_t.py": tests}] * 2, args=("tests",),
+                           skip=[["tests/test_t.py::test_b"], ["tests/test_t.py::TestC::test_c",
+                                                               "tests/test_t.py::test_a"]])
+    first, second = json.loads(raw.splitlines()[-1])["variants"]
+    assert set(outcomes(first)) == {"tests/test_t.py::test_a", "tests/test_t.py::TestC::test_c"}
+    assert set(outcomes(second)) == {"tests/test_t.py::test_b[1]", "tests/test_t.py::test_b[2]"}
+    raw = run_harness_here(ws, [{"tests/test_t.py": tests}] * 2, args=("tests",),
+                           select=["tests/test_t.py::test_a", "tests/test_t.py::test_b[1]"],
+                           skip=[["tests/test_t.py::test_a"], []])
+    first, second = json.loads(raw.splitlines()[-1])["variants"]
+    assert set(outcomes(first)) == {"tests/test_t.py::test_b[1]"}
+    assert set(outcomes(second)) == {"tests/test_t.py::test_a", "tests/test_t.py::test_b[1]"}
+
+
 def test_objects_of_the_solution_are_native(tmp_path):
     # one process: isinstance, subclasses, dataclasses and callables work as in plain pytest
     solution = {"shapes.py": (
@@ -400,6 +424,9 @@ def test_the_request_builder_shapes_version_3():
     with_doctests = harness_request("/w", None, 7, [{}], None, ["pkg/m.py"],
                                     ["pkg/m.py::pkg.m.f"], {"pkg/m.py": "def f(): pass\n"})
     assert with_doctests["doctests"] == {"pkg/m.py": "def f(): pass\n"}
+    skipping = harness_request("/w", None, 7, [{}, {}], None, [],
+                               skip=[set(), {"t.py::b", "t.py::a"}])
+    assert skipping["variants"] == [{"files": {}}, {"files": {}, "skip": ["t.py::a", "t.py::b"]}]
 
 
 def test_a_selection_runs_exactly_those_ids(tmp_path):
