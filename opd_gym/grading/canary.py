@@ -564,21 +564,30 @@ class _Module:
         self.hooks = hooks  # a conftest may rename parametrize ids (pytest_make_parametrize_id)
         assigned: Counter[str] = Counter()
         self.tables: dict[str, ast.expr] = {}
+        self.values: dict[str, ast.Assign] = {}  # module-level `NAME = <value>`, bound once
         for node in ast.walk(tree):
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
             elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.For | ast.NamedExpr):
                 targets = [node.target]
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                assigned[node.name] += 1
+            elif isinstance(node, ast.alias):
+                assigned[node.asname or node.name.partition(".")[0]] += 1
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                assigned.update(node.names)
             for target in targets:
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name):
                         assigned[name.id] += 1
+        self.assigned = assigned
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                    node.targets[0], ast.Name) and isinstance(node.value, ast.List | ast.Tuple):
-                self.tables[node.targets[0].id] = node.value
-        self.tables = {k: v for k, v in self.tables.items() if assigned[k] == 1}
+                    node.targets[0], ast.Name) and assigned[node.targets[0].id] == 1:
+                self.values[node.targets[0].id] = node
+                if isinstance(node.value, ast.List | ast.Tuple):
+                    self.tables[node.targets[0].id] = node.value
 
     def table(self, node: ast.expr) -> ast.List | ast.Tuple | None:
         """`node` as a literal list of rows: inline, or a module-level constant that nothing
@@ -590,6 +599,48 @@ class _Module:
         if isinstance(node, ast.List | ast.Tuple) and node.elts and _literal(node) is not _NO:
             return node
         return None
+
+    def rows(self, node: ast.expr, width: int) -> list[list[ast.expr]] | None:
+        """The cells of each row a loop `for <width names> in node` reads from literal data:
+        a table (`for a, b in TABLE`, inline too), `NAME.items()` of a literal dict, or
+        `zip(A, B)` of two literal lists of one length (each name read only there)."""
+        table = self.table(node)
+        if table is not None:
+            if width == 1:
+                return [[row] for row in table.elts]
+            if all(isinstance(r, ast.Tuple | ast.List) and len(r.elts) == width
+                   for r in table.elts):
+                return [list(r.elts) for r in table.elts]  # type: ignore[attr-defined]
+            return None
+        if not isinstance(node, ast.Call) or node.keywords or width != 2:
+            return None
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "items" \
+                and not node.args:
+            source = node.func.value
+            if isinstance(source, ast.Name) and self.uses[source.id] == 1 \
+                    and source.id in self.values:
+                source = self.values[source.id].value
+            if isinstance(source, ast.Dict) and source.keys and None not in source.keys \
+                    and _literal(source) is not _NO \
+                    and len({repr(_literal(k)) for k in source.keys}) == len(source.keys):
+                return [[k, v] for k, v in zip(source.keys, source.values, strict=True)]
+            return None
+        if isinstance(node.func, ast.Name) and node.func.id == "zip" \
+                and not self.assigned["zip"] and len(node.args) == 2:
+            columns = [self.table(a) for a in node.args]
+            if columns[0] is not None and columns[1] is not None \
+                    and len(columns[0].elts) == len(columns[1].elts):
+                return [list(pair) for pair in zip(columns[0].elts, columns[1].elts,
+                                                   strict=True)]
+        return None
+
+    def constant(self, name: str) -> ast.Assign | None:
+        """`NAME = <literal>` at module level, bound once, and read once in all the hidden
+        sources (by the one test reading it)."""
+        node = self.values.get(name)
+        if node is None or self.uses[name] != 1 or _literal(node.value) is _NO:
+            return None
+        return node
 
 
 def _uses(sources: Mapping[str, str]) -> tuple[Counter[str], bool]:
@@ -647,29 +698,49 @@ def _only_compared(name: str, function: ast.AST, compared: set[int],
 
 
 def _loop_sites(function: ast.AST, module: _Module) -> list[_Site]:
-    """`for a, expected in TABLE: assert f(a) == expected`: one row's expected value changed."""
+    """`for a, expected in TABLE: assert f(a) == expected` (also `NAME.items()`,
+    `zip(A, B)`, see `_Module.rows`): one row's expected value changed."""
     compared, loads = _compared_names(function)
     sites = []
     for node in _own(function):
         if not isinstance(node, ast.For) or not isinstance(node.target, ast.Tuple | ast.Name):
             continue
-        table = module.table(node.iter)
-        if table is None:
-            continue
         names = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
         if not all(isinstance(n, ast.Name) for n in names):
             continue
+        rows = module.rows(node.iter, len(names)) if isinstance(node.target, ast.Tuple) \
+            else module.rows(node.iter, 1)
+        if rows is None:
+            continue
         for index, target in enumerate(names):
-            if not _only_compared(target.id, function, compared, loads):
+            if not _only_compared(target.id, function, compared, loads):  # type: ignore[attr-defined]
                 continue
-            constants = []
-            for row in table.elts:
-                if isinstance(node.target, ast.Name):
-                    constants += _expected(row)
-                elif isinstance(row, ast.Tuple | ast.List) and len(row.elts) == len(names):
-                    constants += _expected(row.elts[index])
+            constants = [c for row in rows for c in _expected(row[index])]
             if constants:
-                sites.append(_Site(node, constants, kind="data", names=(target.id,)))
+                sites.append(_Site(node, constants, kind="data",
+                                   names=(target.id,)))  # type: ignore[attr-defined]
+    return sites
+
+
+def _constant_sites(function: ast.AST, module: _Module) -> list[_Site]:
+    """`EXPECTED = <literal>` at module level, read only by this test and only as the
+    expected side of equality assertions: its value changed."""
+    compared, loads = _compared_names(function)
+    local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+             and not isinstance(n.ctx, ast.Load)} | {
+        a.arg for n in ast.walk(function) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
+                                                        | ast.Lambda)
+        for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
+                  *filter(None, (n.args.vararg, n.args.kwarg))]}
+    sites = []
+    for name in sorted({n.id for n in _own(function) if isinstance(n, ast.Name)
+                        and isinstance(n.ctx, ast.Load)} - local):
+        node = module.constant(name)
+        if node is None or not _only_compared(name, function, compared, loads):
+            continue
+        constants = _expected(node.value)
+        if constants:
+            sites.append(_Site(node, constants, kind="data", names=(name,)))
     return sites
 
 
@@ -1579,6 +1650,7 @@ def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
                 continue
             rng = random.Random(f"{seed}:{test_id}")
             sites = [*_sites(function), *_local_sites(function), *_loop_sites(function, module),
+                     *_constant_sites(function, module),
                      *_param_sites(function, module)]
             excluded = set(exclude.get(test_id, ()))
             while True:  # a candidate whose edit does not parse is excluded, the next drawn

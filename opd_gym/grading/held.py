@@ -23,11 +23,19 @@ placeholder and the decorator gets opaque `ids=` (pytest names cases by their va
 host holds each case's value under the node id plain pytest gives it (`HeldRuns.ids` maps the
 runs' ids back; calibration, which runs the pristine table, checks those ids and vouches for
 each case). A table other tests read too is held only where all of them hold the same columns.
+
+Literal data the test reads by name is held the same way (`Data`): the expected column of a
+`for` loop over literal rows (`for n, want in TABLE`, inline rows, `NAME.items()`, `zip(A, B)`;
+the site run once per row) is a placeholder in every row in both runs and the host holds one
+value per row, compared with the emissions in row order; a module-level or local
+`EXPECTED = <literal>` read only at the site likewise (one value).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +47,7 @@ from opd_gym.grading.canary import (
     _callee,
     _collected,
     _id_part,
+    _Module,
     _runs_under_one_id,
     _Source,
     parse,
@@ -48,6 +57,8 @@ from opd_gym.grading.sentinel import Placed
 HeldSites = Mapping[str, tuple[int, ...]]  # test base id -> indices of held body statements
 Expect = tuple[str, object]  # (operator "==" or "!=", the literal's value)
 MAX_EMITTED = 1 << 16  # characters of one emitted value the host reads
+MAX_HELD = 64  # held values per test the host reads (grade_harness.MAX_HELD keeps as many)
+ROWS = "rows"  # the operator of a loop site's expectation: ((op, value) per row, in order)
 _EQUAL = {"assertEqual": "==", "assertEquals": "==", "assertNotEqual": "!=",
           "assertNotEquals": "!="}
 _NO = object()
@@ -66,11 +77,13 @@ def _literal(node: ast.AST) -> object:
         return _NO
 
 
-def parts(statement: ast.stmt, columns: Collection[str] = ()
-          ) -> tuple[ast.expr, str, object] | None:
+def parts(statement: ast.stmt, columns: Collection[str] = (),
+          data: Mapping[str, Data] | None = None) -> tuple[ast.expr, str, object] | None:
     """(solution-side expression, operator, literal value) of a holdable assertion; with
     `columns` (parametrize arguments the test reads only there), `Column(name)` stands for
-    the value where the expectation is one of them (`==`/`!=` only)."""
+    the value where the expectation is one of them (`==`/`!=` only); with `data` (names
+    of literal data the test reads only there: a loop's expected column, a module or local
+    constant), its `Data` does likewise."""
     test = statement.test if isinstance(statement, ast.Assert) else None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     if negated:  # `assert not (x == E)`, e.g. a negated canary: `x != E`
@@ -97,9 +110,12 @@ def parts(statement: ast.stmt, columns: Collection[str] = ()
             if isinstance(side, ast.Name) and side.id in columns:
                 value, expr = Column(side.id), other
                 break
+            if isinstance(side, ast.Name) and data and side.id in data:
+                value, expr = data[side.id], other
+                break
     if value is _NO or _literal(expr) is not _NO:
         return None
-    column = isinstance(value, Column)
+    column = isinstance(value, Column | Data)
     if column and any(isinstance(n, ast.Name) and n.id == value.name  # type: ignore[union-attr]
                       for n in ast.walk(expr)):
         return None
@@ -113,19 +129,24 @@ def parts(statement: ast.stmt, columns: Collection[str] = ()
     return expr, op, value
 
 
-def _straight(function: ast.AST) -> list[tuple[int, ast.stmt]]:
-    """(number, statement) of the straight-line statements of a test: its own body up to
-    the first statement holding a `return`, and likewise the bodies of functions defined on
-    such statements (a dataset's `check(candidate)`, an `_assertion()` helper), numbered in
-    one pre-order walk (the same in every run: edits change tokens, never statements).
-    Whether such a helper runs exactly once is left to calibration (it counts emissions)."""
-    found: list[tuple[int, ast.stmt]] = []
+def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
+    """(number, statement, loop) of the straight-line statements of a test: its own body up
+    to the first statement holding a `return`, and likewise the bodies of functions defined
+    on such statements (a dataset's `check(candidate)`, an `_assertion()` helper), and the
+    statements of the body of a `for` loop among them (`loop`: that loop), numbered in one
+    pre-order walk (the same in every run: edits change tokens, never statements). Whether
+    such a helper runs exactly once is left to calibration (it counts emissions)."""
+    found: list[tuple[int, ast.stmt, ast.For | None]] = []
 
     def walk(node: ast.AST) -> None:
         for statement in node.body if isinstance(node, ast.FunctionDef) else ():
-            found.append((len(found), statement))
+            found.append((len(found), statement, None))
             if isinstance(statement, ast.FunctionDef) and not statement.decorator_list:
                 walk(statement)
+            if isinstance(statement, ast.For):
+                start = len(found)
+                found.extend((start + i, inner, statement)
+                             for i, inner in enumerate(statement.body))
             if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef
                               | ast.ClassDef) and any(
                     isinstance(n, ast.Return | ast.Yield | ast.YieldFrom)
@@ -164,14 +185,15 @@ def candidates(sources: Mapping[str, str], paths: Iterable[str]) -> dict[str, tu
 
 def parametrized(sources: Mapping[str, str], paths: Iterable[str]) -> frozenset[str]:
     """The tests of `paths` with a holdable site whose expectation is a parametrize argument
-    (no sentinel is cloned from them: a clone would copy the decorator and read the table)."""
+    or literal data read by name (a loop's column, a constant): no sentinel is cloned
+    from them (a clone would copy the decorator, or read the data a second time)."""
     context = _Context(sources)
     out: set[str] = set()
     for path in sorted(paths):
         if path.endswith(".py") and path in sources:
             sites, _ = _file_sites(path, context, None, {})
             out.update(t for (t, _, _), (_, _, p) in sites.items()
-                       if p is not None and isinstance(p[2], Column))
+                       if p is not None and isinstance(p[2], Column | Data))
     return frozenset(out)
 
 
@@ -193,6 +215,190 @@ class Column:
     """The expectation of a held site that is a parametrize argument (held per case)."""
 
     name: str
+
+
+# -- literal data read by name: `for n, want in TABLE: assert f(n) == want`, `== EXPECTED` --
+# A site `assert <expr> == NAME` inside a `for` loop over literal rows (a module-level table
+# read only there, an inline list, `NAME.items()` of a literal dict, `zip(A, B)` of literal
+# lists of one length), where NAME is the loop's expected column, read nowhere else and the
+# site runs once per row (nothing before it in the body can skip it, no `break`), is held per
+# row: in both runs the column is replaced by a placeholder in every row, the sandbox emits the
+# solution's value each time the site runs, and the host compares the emissions in row order
+# with the values it holds (exactly one per row). A module-level `NAME = <literal>` read only
+# at one straight-line site, or a local one of the test (its only binding, in the body of the
+# function holding the site), is held the same way (one value). Anything less clear is left
+# as it is (the test gates where its task holds a site).
+@dataclass(frozen=True)
+class Data:
+    """The expectation of a held site that is literal data the test reads by name: the
+    expected column of a loop over literal rows (`loop`: one value per row, in row order), or
+    a module-level or local constant. `cells`: this run's nodes holding the values (a
+    placeholder in both runs; the host holds their values, the canary's changed row in its
+    run)."""
+
+    name: str
+    loop: bool
+    cells: tuple[ast.expr, ...] = field(compare=False, repr=False)
+
+    def expect(self, op: str) -> Expect:
+        """What the host holds: (op, value) for a constant, (ROWS, per row) for a loop."""
+        values = tuple((op, _literal(cell)) for cell in self.cells)
+        return (ROWS, values) if self.loop else values[0]
+
+    @property
+    def count(self) -> int:
+        """How many values the site emits in one run of its test."""
+        return len(self.cells)
+
+
+# names whose use in a module may read or rebind its data by another route than its name
+_DATA_READERS = frozenset({"locals", "vars", "eval", "exec", "globals", "__dict__",
+                           "_getframe", "currentframe", "setattr", "delattr", "f_globals",
+                           "f_locals", "getfixturevalue"})
+# ... and those that may read a function's locals (a local constant needs only these absent)
+_LOCAL_READERS = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe",
+                            "f_locals", "f_back", "stack", "settrace", "setprofile"})
+_FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.With,
+         ast.AsyncWith, ast.Match)
+
+
+def _bound_once_read_once(name: str, function: ast.AST, store: ast.AST) -> ast.Name | None:
+    """The one load of `name` in the test where `store` (a loop target) is its only binding."""
+    loads: list[ast.Name] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and node.id == name:
+            if isinstance(node.ctx, ast.Load):
+                loads.append(node)
+            elif node is not store:
+                return None
+        elif isinstance(node, ast.arg) and node.arg == name or isinstance(
+                node, ast.Global | ast.Nonlocal) and name in node.names or isinstance(
+                node, ast.alias) and name in (node.asname, node.name) or isinstance(
+                node, ast.ExceptHandler) and node.name == name or isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) \
+                and node.name == name or getattr(node, "name", None) == name:
+            return None
+    return loads[0] if len(loads) == 1 else None
+
+
+def _once_per_row(loop: ast.For, statement: ast.stmt) -> bool:
+    """`statement` (of `loop`'s body) runs exactly once per row: nothing in the body ends the
+    loop early, and nothing before it in the body branches, loops, catches or skips."""
+    body = loop.body
+    at = next((i for i, s in enumerate(body) if s is statement), None)
+    if at is None or any(isinstance(n, ast.Break | ast.Return | ast.Yield | ast.YieldFrom
+                                    | ast.Await) for s in body for n in _own_nodes(s)):
+        return False
+    return not any(isinstance(s, _FLOW) or any(isinstance(n, ast.Continue | ast.Raise)
+                                               for n in _own_nodes(s)) for s in body[:at])
+
+
+class _DataReader:
+    """Which literal data one module's tests read by name at a holdable site (`Data`)."""
+
+    def __init__(self, tree: ast.Module, context: _Context) -> None:
+        self.tree = tree
+        self.context = context
+        self._module: _Module | None = None
+        self._usable: dict[frozenset[str], bool] = {}
+
+    def usable(self, readers: frozenset[str] = _DATA_READERS) -> bool:
+        """No name of the module reads or rebinds data by another route (`globals()`...)."""
+        if readers not in self._usable:
+            self._usable[readers] = not any(
+                isinstance(n, ast.Name) and n.id in readers or isinstance(
+                    n, ast.Attribute) and n.attr in readers for n in ast.walk(self.tree))
+        return self._usable[readers]
+
+    def module(self) -> _Module:
+        if self._module is None:
+            uses, _, hooks = self.context.get()
+            self._module = _Module(self.tree, Counter(uses), hooks)
+        return self._module
+
+    def _unnamed(self, names: Iterable[str]) -> bool:
+        """None of `names` appears in a string of the hidden files (`getattr(m, "T")`)."""
+        strings = self.context.strings()
+        return not any(re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text)
+                       for name in names for text in strings if name in text)
+
+    def constants(self, function: ast.AST) -> dict[str, Data]:
+        """{NAME: Data} of the module constants the test reads once (each read nowhere else
+        in the hidden files, bound once, literal)."""
+        loads = Counter(n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+                        and isinstance(n.ctx, ast.Load))
+        local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+                 and not isinstance(n.ctx, ast.Load)} | {
+            a.arg for n in ast.walk(function) if isinstance(n, ast.arguments)
+            for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, *filter(None, (n.vararg,
+                                                                            n.kwarg))]}
+        top = {n.targets[0].id for n in self.tree.body if isinstance(n, ast.Assign)
+               and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)}
+        wanted = [n for n, c in loads.items() if c == 1 and n in top and n not in local]
+        if not wanted or not self.usable():
+            return {}
+        out = {}
+        for name in wanted:
+            node = self.module().constant(name)
+            if node is not None and self._unnamed([name]):
+                out[name] = Data(name, False, (node.value,))
+        return out
+
+    def assigned(self, function: ast.AST) -> list[tuple[ast.FunctionDef, dict[str, Data]]]:
+        """(function, {NAME: Data}) of the test's locals `NAME = <literal>`: a statement of
+        that function's own body (the test's or a helper's), NAME's only binding in the test,
+        and read once in it."""
+        loads: Counter[str] = Counter()
+        stores: Counter[str] = Counter()
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name):
+                (loads if isinstance(node.ctx, ast.Load) else stores)[node.id] += 1
+            elif isinstance(node, ast.arg):
+                stores[node.arg] += 2
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                stores.update({n: 2 for n in node.names})
+            elif isinstance(node, ast.alias):
+                stores[node.asname or node.name.partition(".")[0]] += 2
+            elif isinstance(getattr(node, "name", None), str):  # defs, except, match names
+                stores[node.name] += 2  # type: ignore[attr-defined]
+        out = []
+        for owner in ast.walk(function):
+            if not isinstance(owner, ast.FunctionDef):
+                continue
+            found = {}
+            for statement in owner.body:
+                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                        and isinstance(statement.targets[0], ast.Name):
+                    name = statement.targets[0].id
+                    if loads[name] == 1 and stores[name] == 1 \
+                            and _literal(statement.value) is not _NO:
+                        found[name] = Data(name, False, (statement.value,))
+            if found:
+                out.append((owner, found))
+        return out if out and self.usable(_LOCAL_READERS) else []
+
+    def loop(self, function: ast.AST, loop: ast.For, statement: ast.stmt) -> dict[str, Data]:
+        """{NAME: Data} of the loop's expected columns `statement` may compare with: the
+        rows literal, NAME bound only by the loop and read only once, the statement run once
+        per row, at most MAX_HELD rows."""
+        target = loop.target
+        names = target.elts if isinstance(target, ast.Tuple) else [target]
+        if not all(isinstance(n, ast.Name) for n in names) or len(
+                {n.id for n in names}) != len(names) or not _once_per_row(loop, statement) \
+                or not self.usable():  # type: ignore[attr-defined]
+            return {}
+        rows = self.module().rows(loop.iter, len(names) if isinstance(target, ast.Tuple) else 1)
+        iterated = [n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)
+                    and n.id != "zip"]
+        if not rows or len(rows) > MAX_HELD or not self._unnamed(iterated):
+            return {}
+        out = {}
+        for column, name in enumerate(names):
+            read = _bound_once_read_once(name.id, function, name)  # type: ignore[attr-defined]
+            if read is not None and any(n is read for n in ast.walk(statement)):
+                out[name.id] = Data(name.id, True,  # type: ignore[attr-defined]
+                                    tuple(row[column] for row in rows))
+        return out
 
 
 @dataclass
@@ -437,6 +643,15 @@ class _Context:
         self.sources = sources
         self._trees: dict[str, ast.Module | None] = {}
         self._read: tuple[Mapping[str, int], set[str], bool] | None = None
+        self._strings: list[str] | None = None
+
+    def strings(self) -> list[str]:
+        """The string constants of the hidden Python files (a name read by its text)."""
+        if self._strings is None:
+            self._strings = sorted({n.value for path in self.sources if path.endswith(".py")
+                                    for n in ast.walk(self.tree(path) or ast.Module([], []))
+                                    if isinstance(n, ast.Constant) and isinstance(n.value, str)})
+        return self._strings
 
     def tree(self, path: str) -> ast.Module | None:
         if path not in self._trees:
@@ -500,17 +715,39 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
         uses, referenced, hooks = context.get()
         params = {} if hooks else _param_tests(tree, path, uses, referenced)
     found: _Found = {}
+    reader = _DataReader(tree, context)
     for test_id, function, owner in _collected(tree, path):
         original = clones.get(test_id, test_id)
         if test_id != owner or held is not None and original not in held:
             continue
         param = params.get(test_id) if test_id == original else None
-        body = dict(_straight(function))
+        body = {i: (statement, loop) for i, statement, loop in _straight(function)}
+        constants: dict[str, Data] | None = None
+        assigned: list[tuple[ast.FunctionDef, dict[str, Data]]] | None = None
+        budget = MAX_HELD  # values the test emits: a loop site that would pass it is not held
         for index in held[original] if held is not None else sorted(body):
-            statement = body.get(index)
-            columns = param.columns if param is not None and statement is not None \
-                and statement in getattr(function, "body", ()) else ()
-            p = parts(statement, columns) if statement is not None else None
+            statement, loop = body.get(index, (None, None))
+            p = None
+            if statement is not None and loop is None:
+                columns = param.columns if param is not None \
+                    and statement in getattr(function, "body", ()) else ()
+                if constants is None or assigned is None:  # a clone's are never held
+                    constants = reader.constants(function) if test_id == original else {}
+                    assigned = reader.assigned(function) if test_id == original else []
+                data = {**constants, **next((names for owner, names in assigned if any(
+                    s is statement for s in owner.body)), {})}
+                p = parts(statement, columns, data)
+            elif statement is not None and test_id == original:
+                data = reader.loop(function, loop, statement)  # type: ignore[arg-type]
+                p = parts(statement, (), data) if data else None
+                if p is not None and not isinstance(p[2], Data):
+                    p = None  # in a loop only a column of its rows is held
+            if p is not None:
+                count = p[2].count if isinstance(p[2], Data) else 1
+                if count > budget:
+                    p = None
+                else:
+                    budget -= count
             if held is None and p is None:
                 continue
             found[(original, index, test_id != original)] = (test_id, statement, p)
@@ -551,7 +788,9 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     A site comparing with a parametrize argument (not in probes) also takes that column out
     of the table (a placeholder in every row) and gives the decorator opaque `ids=`; the host
     holds each case's value under pytest's own node id for it, and `ids` maps the ids the
-    runs report back to those."""
+    runs report back to those. A site comparing with literal data read by name (`Data`: a
+    loop's column, a constant) takes its values out likewise (not in probes); the host
+    holds them, one per row in row order for a loop."""
     context = (_Context(files[0]), _Context(files[1]))
     found: list[dict[str, _Found]] = []
     params: list[dict[str, dict[str, _ParamTest]]] = []
@@ -598,6 +837,11 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
                 edits.append((s_start, s_end, f"{call}{pad}))"))
                 if isinstance(value, Column):
                     columns.setdefault(test_id, {})[key[1]] = (value.name, op)
+                elif isinstance(value, Data):  # its values leave the text for the host
+                    expect[run].setdefault(test_id, {})[key[1]] = value.expect(op)
+                    for cell in value.cells:
+                        pad = "\n" * (cell.end_lineno - cell.lineno)  # type: ignore[operator]
+                        edits.append((*source.span(cell), PLACEHOLDER + pad))
                 else:
                     expect[run].setdefault(test_id, {})[key[1]] = (op, value)
             if columns:
@@ -703,11 +947,27 @@ def unmet(emissions: Iterable[tuple[int, str, bool]], expect: Mapping[int, Expec
             return "a case of the test the host holds no value for"
         if op == NEVER:
             return "the assertion could not be held in this grade"
+        if op == ROWS:
+            why = _rows_unmet(values, literal)  # type: ignore[arg-type]
+            if why is not None:
+                return why
+            continue
         if len(values) != 1:
             return f"an assertion ran {len(values)} times, not once"
         if not matches(read(values[0]), op, literal):
             got = values[0][:200] or "a value that is no builtin data"
             return f"the value compared was {got}"
+    return None
+
+
+def _rows_unmet(values: list[str], rows: tuple[Expect, ...]) -> str | None:
+    """Why a loop site's emissions do not meet its rows (one value per row, in order)."""
+    if len(values) != len(rows):
+        return f"an assertion in a loop over {len(rows)} rows ran {len(values)} times"
+    for row, (value, (op, literal)) in enumerate(zip(values, rows, strict=True)):
+        if not matches(read(value), op, literal):
+            got = value[:200] or "a value that is no builtin data"
+            return f"the value compared in row {row + 1} was {got}"
     return None
 
 
@@ -761,13 +1021,17 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
                 continue  # a case pytest names otherwise than the host: not held
             ok = True
             for nodeid in nodes[test_id]:
-                want = literal
+                wants: list[Expect] = [(op, literal)]
                 if isinstance(literal, Column):
                     d, c = params[test_id].columns[literal.name]
-                    want = _literal(params[test_id].decorators[d].rows[known[nodeid][d]][c])
+                    wants = [(op, _literal(
+                        params[test_id].decorators[d].rows[known[nodeid][d]][c]))]
+                elif isinstance(literal, Data):  # each row's value, in row order
+                    wants = [(op, _literal(cell)) for cell in literal.cells]
                 values = [(e, plain) for i, e, plain in probes.get(nodeid, ()) if i == index]
-                if len(values) != 1 or not values[0][1] \
-                        or not matches(read(values[0][0]), op, want):
+                if len(values) != len(wants) or not all(
+                        plain and matches(read(e), o, w)
+                        for (e, plain), (o, w) in zip(values, wants, strict=True)):
                     ok = False
                     break
             if ok:
@@ -784,5 +1048,6 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
     return {t: s for t, s in kept.items() if s}
 
 
-__all__ = ["Column", "HeldRuns", "HeldSites", "calibrated", "candidates", "matches", "met",
-           "parametrized", "parts", "read", "restore_ids", "rewrite", "unmet"]
+__all__ = ["MAX_HELD", "ROWS", "Column", "Data", "HeldRuns", "HeldSites", "calibrated",
+           "candidates", "matches", "met", "parametrized", "parts", "read", "restore_ids",
+           "rewrite", "unmet"]

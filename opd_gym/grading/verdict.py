@@ -17,13 +17,12 @@ from typing import Any
 from opd_gym.errors import GradingError
 from opd_gym.grading.canary import CanarySet, Variants
 from opd_gym.grading.expected import base_id, display_name
-from opd_gym.grading.held import HeldRuns, unmet
+from opd_gym.grading.held import MAX_HELD, HeldRuns, unmet
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
 from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 
 VERSION = 2
 MAX_TESTS = 100_000
-MAX_HELD = 64  # held values per test (grade_harness.MAX_HELD)
 HELD_FAILED = "a held expectation was not met (the value the host holds for an assertion)"
 
 

@@ -322,3 +322,252 @@ def test_restored_ids_are_pytests_own_and_unknown_ones_stay():
     assert not held.met([(0, "'secret-b'", True)], expect["test_p.py::test_single[secret-a]"])
     assert held.unmet([(0, "'secret-a'", True)], expect["test_p.py::test_single"]) == \
         "a case of the test the host holds no value for"
+
+
+# -- literal data read by name: loop tables and module constants --------------------------
+DATA_TESTS = '''\
+import sys
+
+from calc import add, name
+
+CASES = [(1, "one"), (4, "four"), (9, "nine")]
+WORDS = {2: "two", 5: "five"}
+NS = [3, 6]
+WANTS = ["three", "six"]
+EXPECTED = "seven"
+SHARED = [(1, "uno")]
+GROWN = [(1, "eins")]
+GROWN.append((2, "zwei"))
+BIG = [(i, str(i)) for i in range(3)]
+SHORT = [1, 2]
+LONG = ["x", "y", "z"]
+NAMED = [(1, "un")]
+SHADOW = "zwanzig"
+
+
+def test_table():
+    for n, want in CASES:
+        got = name(n)
+        assert got == want, n
+
+
+def test_inline():
+    for n, want in [(10, "ten"),
+                    (11, "eleven")]:
+        assert name(n) == want
+
+
+def test_items():
+    for n, want in WORDS.items():
+        assert name(n) == want
+
+
+def test_zip():
+    for n, want in zip(NS, WANTS):
+        assert name(n) == want
+
+
+def test_constant():
+    assert name(7) == EXPECTED
+
+
+def test_shared_a():
+    for n, want in SHARED:
+        assert name(n) == want
+
+
+def test_shared_b():
+    for n, want in SHARED:
+        assert name(n) == want
+
+
+def test_mutated():
+    for n, want in GROWN:
+        assert name(n) == want
+
+
+def test_computed():
+    for n, want in BIG:
+        assert name(n) == want
+
+
+def test_unequal_zip():
+    for n, want in zip(SHORT, LONG):
+        assert name(n) == want
+
+
+def test_read_by_text():
+    for n, want in NAMED:
+        assert name(n) == want
+    assert getattr(sys.modules[__name__], "NAMED")
+
+
+def test_branch_first():
+    for n, want in [(12, "twelve")]:
+        if n > 100:
+            continue
+        assert name(n) == want
+
+
+def test_break_after():
+    for n, want in [(13, "thirteen"), (14, "fourteen")]:
+        assert name(n) == want
+        break
+
+
+def test_message_reads_it():
+    for n, want in [(15, "fifteen")]:
+        assert name(n) == want, f"{n}: {want}"
+
+
+def test_nested():
+    for n, want in [(16, "sixteen")]:
+        for _ in range(2):
+            pass
+        assert name(n) == want
+
+
+def test_in_with():
+    for n, want in [(17, "seventeen")]:
+        with open(__file__):
+            assert name(n) == want
+
+
+def test_literal_in_loop():
+    for n in [18, 19]:
+        assert add(n, 0) == 18
+
+
+def test_shadowed(SHADOW):
+    assert name(20) == SHADOW
+
+
+def test_local():
+    expected = ["twenty", "one"]
+    assert name(21) == expected
+
+
+def test_local_rebound():
+    expected = "a"
+    expected = "b"
+    assert name(22) == expected
+
+
+def test_local_in_a_closure():
+    expected = "c"
+
+    def check():
+        assert name(23) == expected
+
+    check()
+'''
+DATA_HELD = {"test_d.py::test_table": (2,), "test_d.py::test_inline": (1,),
+             "test_d.py::test_items": (1,), "test_d.py::test_zip": (1,),
+             "test_d.py::test_constant": (0,), "test_d.py::test_local": (1,)}
+DATA_VALUES = ('"one"', '"four"', '"nine"', '"two"', '"five"', '"three"', '"six"', '"seven"',
+               '"ten"', '"eleven"', '"twenty"')
+
+
+def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates():
+    sources = {"test_d.py": DATA_TESTS}
+    # a table two tests read, one mutated, one computed, zip of unequal lengths, a table
+    # read by its text, a branch or a nested loop before the site, a `break`, a message
+    # reading the column, a `with` around the site, a literal in a loop, an argument
+    # shadowing a module constant, a local bound twice or read in a closure: not held
+    assert held.candidates(sources, ["test_d.py"]) == DATA_HELD
+    assert held.parametrized(sources, ["test_d.py"]) == set(DATA_HELD)  # never cloned
+    # `globals()` (or `vars`, `exec`, a frame's globals) anywhere in the module: no module
+    # data held (a local still is); `locals()` (or a frame's locals): none
+    reads = DATA_TESTS + "\n\ndef test_globals():\n    assert globals()\n"
+    assert held.candidates({"test_d.py": reads}, ["test_d.py"]) == {
+        "test_d.py::test_local": (1,)}
+    reads = DATA_TESTS + "\n\ndef test_locals():\n    assert not locals()\n"
+    assert not held.candidates({"test_d.py": reads}, ["test_d.py"])
+
+
+def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
+    from opd_gym.grading.canary import apply_edits, make_canaries
+
+    sources = {"test_d.py": DATA_TESTS}
+    canaries = make_canaries(sources, ["test_d.py"], 7, solution_modules=["calc"])
+    canary = canaries.canaries["test_d.py::test_table"]
+    assert canary.kind == "data" and canary.earns  # a row's expected value changed
+    other = apply_edits(sources, {"test_d.py": list(canary.edits)})
+    runs = held.rewrite((sources, other), DATA_HELD, ((), ()))
+    real = runs.files[0]["test_d.py"]
+    assert real == runs.files[1]["test_d.py"]  # the canary's row is held on the host too
+    assert real.count("\n") == DATA_TESTS.count("\n")
+    for leak in DATA_VALUES:
+        assert leak not in real, leak
+    assert "CASES = [(1, None), (4, None), (9, None)]" in real  # inputs stay, the column goes
+    assert "EXPECTED = None" in real and "WORDS = {2: None, 5: None}" in real
+    assert "    expected = None\n" in real
+    assert "hold(2, (got))" in real and "    for n, want in CASES:" in real
+    rows = [("==", "one"), ("==", "four"), ("==", "nine")]
+    assert runs.expect[0]["test_d.py::test_table"] == {2: (held.ROWS, tuple(rows))}
+    changed = runs.expect[1]["test_d.py::test_table"][2][1]
+    assert [r for r in changed if r not in rows] == [("==", canary.replacement.strip('"'))]
+    assert runs.expect[0]["test_d.py::test_constant"] == {0: ("==", "seven")}
+    assert runs.expect[0]["test_d.py::test_local"] == {1: ("==", ["twenty", "one"])}
+    assert runs.expect[0]["test_d.py::test_zip"] == {
+        1: (held.ROWS, (("==", "three"), ("==", "six")))}
+    assert not runs.unheld
+
+
+def test_a_loop_site_must_emit_each_rows_value_once_in_row_order():
+    runs = held.rewrite(({"test_d.py": DATA_TESTS}, {"test_d.py": DATA_TESTS}),
+                        DATA_HELD, ((), ()))
+    expect = runs.expect[0]["test_d.py::test_table"]
+    right = [(2, "'one'", True), (2, "'four'", True), (2, "'nine'", True)]
+    assert held.met(right, expect)
+    assert held.unmet(right[:2], expect) == "an assertion in a loop over 3 rows ran 2 times"
+    assert not held.met([*right, (2, "'nine'", True)], expect)  # a row too many
+    assert not held.met([right[1], right[0], right[2]], expect)  # out of order
+    assert held.unmet([right[0], (2, "'for'", True), right[2]], expect) == \
+        "the value compared in row 2 was 'for'"
+    assert not held.met([(2, "None", True)] * 3, expect)  # the placeholder is no answer
+
+
+def test_calibration_vouches_for_every_row_of_a_loop():
+    sources = {"test_d.py": DATA_TESTS}
+    probes = {"test_d.py::test_table": [(2, "'one'", True), (2, "'four'", True),
+                                        (2, "'nine'", True)],
+              "test_d.py::test_inline": [(1, "'ten'", True)],  # a row short
+              "test_d.py::test_items": [(1, "'two'", True), (1, "'five'", False)],  # not plain
+              "test_d.py::test_zip": [(1, "'six'", True), (1, "'three'", True)],  # reordered
+              "test_d.py::test_constant": [(0, "'seven'", True)],
+              "test_d.py::test_local": [(1, "['twenty', 'one']", True)]}
+    kept = held.calibrated(DATA_HELD, sources, probes, list(probes))
+    assert kept == {"test_d.py::test_table": (2,), "test_d.py::test_constant": (0,),
+                    "test_d.py::test_local": (1,)}
+
+
+def test_probes_keep_the_data_and_the_assertion():
+    runs = held.rewrite(({"test_d.py": DATA_TESTS}, {"test_d.py": DATA_TESTS}), DATA_HELD,
+                        ((), ()), probe=True)
+    text = runs.files[0]["test_d.py"]
+    assert all(value in text for value in DATA_VALUES)
+    assert 'assert __import__("opd_grading").hold(2, (got)) == want, n' in text
+
+
+def test_a_test_holds_at_most_max_held_values():
+    rows = ", ".join(f"({i}, {i + 1})" for i in range(held.MAX_HELD))
+    text = ("from calc import add\n\n\ndef test_many():\n    assert add(0, 0) == 0\n"
+            f"    for n, want in [{rows}]:\n        assert add(n, 1) == want\n\n\n"
+            f"def test_fits():\n    for n, want in [{rows}]:\n        assert add(n, 1) == want\n")
+    found = held.candidates({"test_m.py": text}, ["test_m.py"])
+    # 1 + 64 values would pass the harness's limit: the loop is left as it is
+    assert found == {"test_m.py::test_many": (0,), "test_m.py::test_fits": (1,)}
+    over = text.replace("[(0, 1), ", "[(-1, 0), (0, 1), ")
+    assert "test_m.py::test_fits" not in held.candidates({"test_m.py": over}, ["test_m.py"])
+
+
+def test_the_host_and_the_harness_keep_as_many_held_values_per_test():
+    import re
+
+    from opd_gym.grading import verdict
+    from opd_gym.resources import data_path
+
+    harness = data_path("sandbox", "grade_harness.py").read_text()
+    assert re.search(rf"^MAX_HELD = {held.MAX_HELD}\b", harness, re.M)
+    assert verdict.MAX_HELD == held.MAX_HELD
