@@ -121,7 +121,9 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             with every_test_twice():
                 grade(twice)
             code, wall, output = exec_pytest(name, args, env={"PYTHONPATH": HELPER_DIR})
-            if code != 0:
+            # a project's full suite may hold tests that fail on the gold tree too (they are
+            # in neither FAIL_TO_PASS nor PASS_TO_PASS): exit 1 is a run, 2+ is not
+            if code not in ((0, 1) if task.repo is not None else (0,)):
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
     return {"grade": statistics.median(grades), "twice": statistics.median(twice),

@@ -43,7 +43,7 @@ def _output(stdin):
 _STDIO_CASE = '''
 
 def test_case_{index}():
-    assert _normalise(_output({stdin})) == _normalise({expected})
+    assert _normalise(_output({stdin})) == {expected}
 '''
 
 # HumanEval and MBPP tests: the dataset's own code (check(), asserts, setup) is written as real
@@ -310,13 +310,21 @@ def _as_text(value: Any, name: str) -> str:
     return value
 
 
+def normalised(text: str) -> list[str]:
+    """Program output as a stdin/stdout test compares it (its `_normalise`): the non-blank
+    lines, each with its runs of whitespace made one space."""
+    return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+
+
 def _stdio_task(task_id: str, statement: str, cases: list[tuple[str, str]], reference: str | None,
                 timeout: float, **extra: Any) -> Task:
     """Build a stdin/stdout task: the agent writes `main.py`; each case is one test."""
     extra["metadata"] = {**extra.get("metadata", {}), "cases": len(cases), "case_timeout": timeout}
     doc = _doc(f"Hidden tests for {task_id}: run main.py per case, compare normalised stdout.")
+    # the expected output normalised here, as `_normalise` does in the test: a literal list the
+    # host can hold (held.py), so the expected text never enters the sandbox
     tests = _STDIO_TEST.format(doc=doc, timeout=timeout) + "".join(
-        _STDIO_CASE.format(index=i, stdin=repr(stdin), expected=repr(expected))
+        _STDIO_CASE.format(index=i, stdin=repr(stdin), expected=repr(normalised(expected)))
         for i, (stdin, expected) in enumerate(cases)
     )
     return Task(

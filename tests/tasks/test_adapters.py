@@ -112,6 +112,30 @@ def test_stdio_whitespace_tolerant_but_strict_on_values(grade):
     assert proc.returncode == 1 and "2 failed" in proc.stdout
 
 
+def test_stdio_expectations_are_literals_the_host_holds():
+    """Each case compares with its expected output normalised on the host, exactly as the
+    test's own `_normalise` would: a literal list, so held.py can keep it out of the sandbox
+    (a program reading the test file for its answer finds a placeholder)."""
+    from opd_gym.grading import held
+    from opd_gym.tasks.adapters import normalised
+
+    task = from_code_contests(_rows("code_contests")[0])
+    [(path, text)] = task.tests.items()
+    namespace: dict = {}
+    exec(text.split("from opd_grading import run")[1].split("def _output")[0], namespace)
+    for sample in ("8\n", "  a   b \n\n c\t d  \r\n", "", "\n \n", "x" * 3 + "\n y"):
+        assert namespace["_normalise"](sample) == normalised(sample)
+    sites = held.candidates(task.tests, [path])
+    assert len(sites) == task.metadata["cases"] and all(sites.values())
+    runs = held.rewrite((dict(task.tests), dict(task.tests)), sites, ((), ()))
+    outputs = [v for test in runs.expect[0].values() for _, v in test.values()]
+    assert len(outputs) == task.metadata["cases"] and all(isinstance(o, list) for o in outputs)
+    for run in runs.files:
+        for lines in outputs:
+            for line in lines:
+                assert repr(line) not in run[path], line
+
+
 def test_code_contests_without_python_solution():
     row = dict(_rows("code_contests")[0], solutions={"language": [2], "solution": ["int main(){}"]})
     assert dict(from_code_contests(row).solution) == {}
