@@ -467,7 +467,7 @@ class Grader:
             variants = Variants(runs.files, variants.real_in)
         ids = dict(runs.ids) if runs is not None else {}
         variants = dataclasses.replace(variants, skip=run_once(
-            canaries, variants.real_in, placed,
+            canaries, variants.real_in, sentinels,
             calibration.reference_ids if calibration else (),
             calibration.invalid if calibration else frozenset(), runs))
         try:

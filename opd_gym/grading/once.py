@@ -13,8 +13,10 @@ nothing, or judges nothing a forgery could win:
   sandbox knows, so it catches nothing the held real test does not.
 
 Such a test runs once, in the variant `real_in` names (drawn per grade from the OS's
-randomness), and the other variant deselects it (`Variants.skip`). A sentinel's original
-keeps both runs: its clone is judged beside it in each run.
+randomness), and the other variant deselects it (`Variants.skip`). A test a sentinel may be
+cloned from (any of calibration's sentinel sites, not only the grade's draw) keeps both runs:
+a clone is judged beside its test in each run, and which tests run once, hence which
+canary outcomes a report shows, is then the same in every grade of a task.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 from opd_gym.grading.canary import CanarySet
 from opd_gym.grading.held import HeldRuns
-from opd_gym.grading.sentinel import Placed
+from opd_gym.grading.sentinel import SentinelSite
 from opd_gym.nodeids import base_id
 
 Skip = tuple[frozenset[str], frozenset[str]]
@@ -40,20 +42,27 @@ def _held_canary(test: str, nodeids: Iterable[str], real: int, runs: HeldRuns) -
     return True
 
 
-def run_once(canaries: CanarySet, real_in: Mapping[str, int], placed: Placed,
+def _cloned(test: str, sites: Iterable[SentinelSite]) -> bool:
+    """A clone of one of `sites` could pair with `test` (same file, same function name)."""
+    path, _, rest = test.partition("::")
+    return any(s.path == path and s.name == rest.rpartition("::")[2] for s in sites)
+
+
+def run_once(canaries: CanarySet, real_in: Mapping[str, int], sites: Iterable[SentinelSite],
              reference_ids: Iterable[str] = (), invalid: frozenset[str] = frozenset(),
              runs: HeldRuns | None = None) -> Skip:
-    """The base ids each variant leaves out. Without `reference_ids` (a calibration's own
-    runs) only tests without a canary run once; with them (a grade: the node ids the
-    reference reported, calibration's `invalid`, the grade's held `runs`) also tests whose
-    canary is invalid everywhere or held."""
-    sentinels = [s for run in placed for s in run]
+    """The base ids each variant leaves out; `sites`: every sentinel site the grades of the
+    task draw from. Without `reference_ids` (a calibration's own runs) only tests without a
+    canary run once; with them (a grade: the node ids the reference reported, calibration's
+    `invalid`, the grade's held `runs`) also tests whose canary is invalid everywhere or
+    held."""
+    sites = tuple(sites)
     nodes: dict[str, list[str]] = {}
     for nodeid in reference_ids:
         nodes.setdefault(base_id(nodeid), []).append(nodeid)
     once = set()
     for test in canaries.tests:
-        if test not in real_in or any(s.is_original(test) for s in sentinels):
+        if test not in real_in or _cloned(test, sites):
             continue
         if test not in canaries.canaries:
             once.add(test)

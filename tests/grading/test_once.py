@@ -12,7 +12,7 @@ from opd_gym.grading import Calibration, Grader, build_report, make_canaries, me
 from opd_gym.grading.canary import CanarySet, Variants
 from opd_gym.grading.held import HeldRuns
 from opd_gym.grading.once import run_once
-from opd_gym.grading.sentinel import Sentinel, SentinelSite
+from opd_gym.grading.sentinel import SentinelSite
 
 pytestmark = pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
 
@@ -55,28 +55,28 @@ def test_which_tests_run_once_and_where(real):
     canaries = _canaries()
     real_in = dict.fromkeys(IDS, real)
     # a calibration's own runs: only the test without a canary
-    assert _once(run_once(canaries, real_in, ((), ()))) == {"test_x.py::test_none": real}
+    assert _once(run_once(canaries, real_in, ())) == {"test_x.py::test_none": real}
     # a grade: also a canary held on the host; never a canary the sandbox can be judged by
-    once = _once(run_once(canaries, real_in, ((), ()), IDS, frozenset(), _held(real_in)))
+    once = _once(run_once(canaries, real_in, (), IDS, frozenset(), _held(real_in)))
     assert once == {"test_x.py::test_none": real, "test_x.py::test_held": real}
     # an invalid canary (the reference passes it) is never judged: once too
-    once = _once(run_once(canaries, real_in, ((), ()), IDS,
+    once = _once(run_once(canaries, real_in, (), IDS,
                           frozenset({"test_x.py::test_truthy"}), None))
     assert once == {"test_x.py::test_none": real, "test_x.py::test_truthy": real}
 
 
-def test_a_sentinel_original_and_a_test_the_host_cannot_hold_keep_both_runs():
+def test_a_sentinel_site_and_a_test_the_host_cannot_hold_keep_both_runs():
     canaries = _canaries()
     real_in = dict.fromkeys(IDS, 0)
+    # every site grades may draw a clone from, drawn in this grade or not
     site = SentinelSite("test_x.py::test_none", "test_x.py", *[0] * 8)
-    placed = ((Sentinel(site, "test_none_b"),), (Sentinel(site, "test_none_c"),))
-    assert _once(run_once(canaries, real_in, placed)) == {}
+    assert _once(run_once(canaries, real_in, (site,))) == {}
     unholdable = _held(real_in)
     unholdable.expect[1]["test_x.py::test_held"] = {-1: ("never", None)}
-    once = _once(run_once(canaries, real_in, ((), ()), IDS, frozenset(), unholdable))
+    once = _once(run_once(canaries, real_in, (), IDS, frozenset(), unholdable))
     assert once == {"test_x.py::test_none": 0}
     # a test the reference did not report keeps both runs, whatever its canary
-    once = _once(run_once(canaries, real_in, ((), ()), IDS[:2], frozenset(), _held(real_in)))
+    once = _once(run_once(canaries, real_in, (), IDS[:2], frozenset(), _held(real_in)))
     assert once == {"test_x.py::test_none": 0}
 
 
@@ -93,7 +93,7 @@ def test_merge_expects_a_test_that_runs_once_in_its_variant_only():
     canaries = _canaries()
     real_in = {"test_x.py::test_lit": 0, "test_x.py::test_truthy": 1,
                "test_x.py::test_none": 1, "test_x.py::test_held": 0}
-    skip = run_once(canaries, real_in, ((), ()), IDS, frozenset(), _held(real_in))
+    skip = run_once(canaries, real_in, (), IDS, frozenset(), _held(real_in))
     variants = Variants((dict(SOURCES), dict(SOURCES)), real_in, skip)
     calibration = Calibration(canaries, calibrated=True, reference_ids=frozenset(IDS))
 
@@ -154,6 +154,14 @@ def test_add():
 def test_add_more():
     count("add_more")
     assert add(4, 5) == 9
+
+
+def test_add_negative():
+    assert add(-4, 1) == -3
+
+
+def test_add_zero():
+    assert add(0, 7) == 7
 '''
 
 
@@ -166,12 +174,16 @@ def test_a_grade_runs_a_gate_once_and_scores_as_before(local_pool, make_task, tm
     for grader in (Grader(local_pool), Grader(local_pool, hold=False)):
         calibration = grader.calibration(task)
         assert "test_calc.py::test_gate" not in calibration.canaries.canaries
-        for _ in range(3):  # which variant runs it is drawn per grade
+        assert len(calibration.sentinels) > 2  # more sites than a grade draws clones from
+        shown = set()
+        for _ in range(5):  # which variant runs it, and the sentinels, are drawn per grade
             log.write_text("")
             report = grader.grade(task, {"calc.py": b"def add(a, b):\n    return a + b\n"})
-            assert report.score == 1.0 and report.earning == 2, report.reason
+            assert report.score == 1.0 and report.earning == 4, report.reason
             assert log.read_text().split().count("gate") == 1
             assert {t.name: t.canary for t in report.tests}["test_calc::test_gate"] == ""
+            shown.add(tuple((t.name, t.outcome, t.canary) for t in report.tests))
+        assert len(shown) == 1, shown  # the same report every grade: rows replay exactly
         wrong = grader.grade(task, {"calc.py": b"def add(a, b):\n    return a - b\n"})
         assert wrong.score == 0.0 and not wrong.forgery
         broken = grader.grade(task, {"calc.py": b"def add(a, b):\n    assert a or b\n"
