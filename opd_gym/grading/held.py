@@ -59,8 +59,11 @@ Expect = tuple[str, object]  # (operator "==" or "!=", the literal's value)
 MAX_EMITTED = 1 << 16  # characters of one emitted value the host reads
 MAX_HELD = 64  # held values per test the host reads (grade_harness.MAX_HELD keeps as many)
 ROWS = "rows"  # the operator of a loop site's expectation: ((op, value) per row, in order)
+# unittest's equality assertions (the typed ones compare with `==` after an isinstance check
+# the reference's plain value passes; calibration holds a site only where it does)
 _EQUAL = {"assertEqual": "==", "assertEquals": "==", "assertNotEqual": "!=",
-          "assertNotEquals": "!="}
+          "assertNotEquals": "!=", "assertListEqual": "==", "assertTupleEqual": "==",
+          "assertDictEqual": "==", "assertSetEqual": "==", "assertMultiLineEqual": "=="}
 _NO = object()
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not"}
 _NOT = {"==": "!=", "!=": "==", "is": "is not", "is not": "is"}
@@ -133,7 +136,8 @@ def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
     """(number, statement, loop) of the straight-line statements of a test: its own body up
     to the first statement holding a `return`, and likewise the bodies of functions defined
     on such statements (a dataset's `check(candidate)`, an `_assertion()` helper), and the
-    statements of the body of a `for` loop among them (`loop`: that loop), numbered in one
+    statements of the body of a `for` loop among them and of a subTest block there (`loop`:
+    that loop), numbered in one
     pre-order walk (the same in every run: edits change tokens, never statements). Whether
     such a helper runs exactly once is left to calibration (it counts emissions)."""
     found: list[tuple[int, ast.stmt, ast.For | None]] = []
@@ -144,9 +148,10 @@ def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
             if isinstance(statement, ast.FunctionDef) and not statement.decorator_list:
                 walk(statement)
             if isinstance(statement, ast.For):
-                start = len(found)
-                found.extend((start + i, inner, statement)
-                             for i, inner in enumerate(statement.body))
+                for inner in statement.body:
+                    found.append((len(found), inner, statement))
+                    for nested in inner.body if _subtest(inner) else ():  # type: ignore
+                        found.append((len(found), nested, statement))
             if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef
                               | ast.ClassDef) and any(
                     isinstance(n, ast.Return | ast.Yield | ast.YieldFrom)
@@ -155,6 +160,17 @@ def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
 
     walk(function)
     return found
+
+
+def _subtest(statement: ast.stmt) -> bool:
+    """`with self.subTest(...):` (unittest) or `with subtests.test(...):` (pytest): a block
+    whose failure is reported and the loop around it goes on, so its body runs once per row."""
+    return isinstance(statement, ast.With) and len(statement.items) == 1 \
+        and statement.items[0].optional_vars is None and isinstance(
+            call := statement.items[0].context_expr, ast.Call) \
+        and isinstance(call.func, ast.Attribute) and (
+            call.func.attr == "subTest" or call.func.attr == "test"
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == "subtests")
 
 
 def _own_nodes(statement: ast.stmt) -> list[ast.AST]:
@@ -286,11 +302,19 @@ def _once_per_row(loop: ast.For, statement: ast.stmt) -> bool:
     loop early, and nothing before it in the body branches, loops, catches or skips."""
     body = loop.body
     at = next((i for i, s in enumerate(body) if s is statement), None)
+    block: list[ast.stmt] = []  # the statements of a subTest block around it, before it
+    if at is None:  # in a subTest block of the loop's body (`with self.subTest(n=n):`)
+        at = next((i for i, s in enumerate(body) if _subtest(s) and any(
+            inner is statement for inner in s.body)), None)  # type: ignore[attr-defined]
+        if at is not None:
+            inner = body[at].body  # type: ignore[attr-defined]
+            block = inner[:next(i for i, s in enumerate(inner) if s is statement)]
     if at is None or any(isinstance(n, ast.Break | ast.Return | ast.Yield | ast.YieldFrom
                                     | ast.Await) for s in body for n in _own_nodes(s)):
         return False
     return not any(isinstance(s, _FLOW) or any(isinstance(n, ast.Continue | ast.Raise)
-                                               for n in _own_nodes(s)) for s in body[:at])
+                                               for n in _own_nodes(s))
+                   for s in [*body[:at], *block])
 
 
 class _DataReader:

@@ -571,3 +571,77 @@ def test_the_host_and_the_harness_keep_as_many_held_values_per_test():
     harness = data_path("sandbox", "grade_harness.py").read_text()
     assert re.search(rf"^MAX_HELD = {held.MAX_HELD}\b", harness, re.M)
     assert verdict.MAX_HELD == held.MAX_HELD
+
+
+SUBTEST_TESTS = '''\
+import unittest
+
+from calc import name
+
+ROWS = [(1, "one"), (2, "two")]
+
+
+class TestName(unittest.TestCase):
+    def test_rows(self):
+        for n, expected in ROWS:
+            with self.subTest(n=n):
+                got = name(n)
+                self.assertEqual(got, expected)
+
+    def test_typed(self):
+        for n, expected in [(3, ("three",))]:
+            with self.subTest(n=n):
+                self.assertTupleEqual((name(n),), expected)
+
+    def test_message_reads_it(self):
+        for n, expected in [(4, "four")]:
+            with self.subTest(n=n, expected=expected):
+                self.assertEqual(name(n), expected)
+
+    def test_branch_first(self):
+        for n, expected in [(5, "five")]:
+            with self.subTest(n=n):
+                if n > 100:
+                    continue
+                self.assertEqual(name(n), expected)
+
+    def test_other_with(self):
+        for n, expected in [(6, "six")]:
+            with open(__file__):
+                self.assertEqual(name(n), expected)
+
+
+def test_pytest_subtests(subtests):
+    for n, expected in [(7, "seven")]:
+        with subtests.test(n=n):
+            assert name(n) == expected
+'''
+
+
+def test_subtest_blocks_in_a_loop_over_literal_rows_are_held_per_row():
+    """A subTest block (unittest's `self.subTest`, pytest's `subtests.test`) runs its body
+    once per row, so its site is held like one in the loop's own body; a block that reads the
+    column elsewhere, branches before the site, or another `with` is not."""
+    from opd_gym.grading.canary import apply_edits, make_canaries
+
+    sources = {"test_s.py": SUBTEST_TESTS}
+    found = held.candidates(sources, ["test_s.py"])
+    assert found == {"test_s.py::TestName::test_rows": (3,),
+                     "test_s.py::TestName::test_typed": (2,),
+                     "test_s.py::test_pytest_subtests": (2,)}
+    canaries = make_canaries(sources, ["test_s.py"], 5, solution_modules=["calc"])
+    canary = canaries.canaries["test_s.py::TestName::test_rows"]
+    assert canary.kind == "data" and canary.earns
+    other = apply_edits(sources, {"test_s.py": list(canary.edits)})
+    runs = held.rewrite((sources, other), found, ((), ()))
+    real = runs.files[0]["test_s.py"]
+    assert real == runs.files[1]["test_s.py"] and real.count("\n") == SUBTEST_TESTS.count("\n")
+    for leak in ('"one"', '"two"', '"three"', '"seven"'):
+        assert leak not in real, leak
+    assert '"four"' in real  # read by the subTest's message too: left as it is
+    assert "            with self.subTest(n=n):\n                got = name(n)\n" \
+           '                __import__("opd_grading").hold(3, (got))\n' in real
+    assert runs.expect[0]["test_s.py::TestName::test_rows"] == {
+        3: (held.ROWS, (("==", "one"), ("==", "two")))}
+    assert runs.expect[0]["test_s.py::TestName::test_typed"] == {
+        2: (held.ROWS, (("==", ("three",)),))}

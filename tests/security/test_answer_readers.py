@@ -212,6 +212,8 @@ def test_answer_readers_earn_nothing_on_a_literal_humaneval_task(grader, attack,
 
 # -- expectations read by name from literal data: held per row (held.py, `Data`) -----------
 TABLE_TESTS = '''\
+import unittest
+
 from roman import to_roman
 
 CASES = [(1, "I"), (4, "IV"), (9, "IX"), (14, "XIV"), (40, "XL")]
@@ -237,6 +239,13 @@ def test_items():
 
 def test_constant():
     assert to_roman(1994) == EXPECTED
+
+
+class TestRows(unittest.TestCase):
+    def test_subtests(self):
+        for n, want in [(6, "VI"), (19, "XIX"), (44, "XLIV")]:
+            with self.subTest(n=n):
+                self.assertEqual(to_roman(n), want)
 '''
 ROMAN_REFERENCE = '''\
 def to_roman(n):
@@ -300,16 +309,18 @@ def to_roman(n):
 
 
 def test_expectations_read_from_literal_tables_are_held_and_earn(grader):
-    """Loop tables (`for n, want in CASES`, inline rows, `WORDS.items()`) and a module
-    constant are held per row under the default Grader: every test earns, the reference
-    scores 1.0, the starter 0, and a frame reader or a per-item coin earns nothing."""
+    """Loop tables (`for n, want in CASES`, inline rows, `WORDS.items()`, a unittest
+    subTest loop) and a module constant are held per row under the default Grader: every
+    test earns, the reference scores 1.0, the starter 0, and a frame reader or a per-item
+    coin earns nothing."""
     calibration = grader.calibration(ROMAN)
     assert set(calibration.held or {}) == {f"test_roman.py::{t}" for t in (
-        "test_table", "test_inline", "test_items", "test_constant")}, calibration.held
+        "test_table", "test_inline", "test_items", "test_constant",
+        "TestRows::test_subtests")}, calibration.held
     honest = _grade(grader, ROMAN, ROMAN_REFERENCE)
-    assert honest.score == 1.0 and honest.earning == 4, (honest.reason, honest.tests)
+    assert honest.score == 1.0 and honest.earning == 5, (honest.reason, honest.tests)
     starter = _grade(grader, ROMAN, ROMAN.files["roman.py"])
-    assert starter.score == 0.0 and starter.earning == 4, starter.reason
+    assert starter.score == 0.0 and starter.earning == 5, starter.reason
     attacks = [ROMAN_FRAME_READER, ROMAN_COIN.replace("{p}", "1.0"),
                *[ROMAN_COIN.replace("{p}", "0.5")] * 6]
     for source in attacks:
