@@ -160,8 +160,8 @@ def test_reference_solution_passes(grader, toy_task):
     # so both pytest runs exit 0 (with `hold=False` the canaries' run exits 1)
     assert report.reason == "" and report.exit_code == 0 and not report.timed_out
     assert (report.earning, report.earned, report.canaried, report.calibrated) == (3, 3, 3, True)
-    # "": a test whose canary the host holds runs once, canary unrun (opd_gym/grading/once.py)
-    assert {t.canary for t in report.tests} <= {"failed", ""} and report.forgery == ()
+    # every canary runs (a Grader runs each test in both variants unless `once=True`)
+    assert {t.canary for t in report.tests} == {"failed"} and report.forgery == ()
     assert report.summary() == "Hidden tests: 3 of 3 passed."
     data = report.to_dict()
     assert data["score"] == 1.0 and data["total"] == 3 and isinstance(data["tests"], list)

@@ -167,11 +167,15 @@ def test_add_zero():
 
 def test_a_grade_runs_a_gate_once_and_scores_as_before(local_pool, make_task, tmp_path: Path):
     """The local backend shares this host's files, so each execution of a test is counted
-    in a log outside the sandbox: a test without a canary runs once per grade (under either
-    Grader), and the scores are what they were with every test in both runs."""
+    in a log outside the sandbox: with `once=True` a test without a canary runs once per
+    grade (under either Grader), and the scores are what they were with every test in both
+    runs; by default it runs in both."""
     log = tmp_path / "runs.log"
     task = make_task("counted", tests={"test_calc.py": COUNTED.format(log=str(log))})
-    for grader in (Grader(local_pool), Grader(local_pool, hold=False)):
+    log.write_text("")
+    report = Grader(local_pool).grade(task, {"calc.py": b"def add(a, b):\n    return a + b\n"})
+    assert report.score == 1.0 and log.read_text().split().count("gate") >= 2
+    for grader in (Grader(local_pool, once=True), Grader(local_pool, hold=False, once=True)):
         calibration = grader.calibration(task)
         assert "test_calc.py::test_gate" not in calibration.canaries.canaries
         assert len(calibration.sentinels) > 2  # more sites than a grade draws clones from
@@ -189,3 +193,38 @@ def test_a_grade_runs_a_gate_once_and_scores_as_before(local_pool, make_task, tm
         broken = grader.grade(task, {"calc.py": b"def add(a, b):\n    assert a or b\n"
                                                 b"    return a + b\n"})
         assert broken.score == 0.0 and broken.gates_failed == ("test_calc::test_gate",)
+
+
+STATEFUL = """\
+from calc import add
+
+
+class TestOrder:
+    def test_01_setup(self):
+        type(self).base = add(1, 1)
+
+    def test_02_uses(self):
+        assert add(type(self).base, 1) == 3
+
+    def test_03_uses(self):
+        assert add(type(self).base, 2) == 4
+"""
+
+
+def test_by_default_a_test_handing_state_on_runs_in_both_variants(local_pool, make_task):
+    """A test with no assertion (so no canary) that sets what later tests read, as real
+    suites do: by default every test runs in both variants, so each grade passes what plain
+    pytest passes; run once (`once=True`), the variant without it fails the later tests."""
+    task = make_task("stateful", tests={"test_order.py": STATEFUL})
+    solved = {"calc.py": b"def add(a, b):\n    return a + b\n"}
+    grader = Grader(local_pool)
+    for _ in range(4):  # the variant holding each real test is drawn per grade
+        report = grader.grade(task, solved)
+        assert report.score == 1.0, (report.reason, report.tests)
+        assert {t.outcome for t in report.tests} == {"passed"}, report.tests
+    once = Grader(local_pool, once=True)
+    outcomes = set()
+    for _ in range(8):  # all passing: (1/4) ** 8
+        report = once.grade(task, solved)
+        outcomes.update(t.outcome for t in report.tests)
+    assert outcomes != {"passed"}, "run once, a later test should miss the state it reads"
