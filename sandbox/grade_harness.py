@@ -562,6 +562,20 @@ def pristine_doctests(tree, sources, select=None):
                 doctest.DocTestFinder.find = original_find
 
     class Plugin:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_sessionstart(self, session):
+            """The doctest sources are named on the command line only to select them: plain
+            pytest, run without arguments, collects them from their folder, so they are no
+            initial paths here either (pytest would rewrite their asserts, changing the
+            messages a doctest expects, and collect them as test modules)."""
+            initial = session.isinitpath
+
+            def isinitpath(path, *args, **kwargs):
+                rel = os.path.relpath(str(path), tree).replace(os.sep, "/")
+                return False if rel in sources else initial(path, *args, **kwargs)
+
+            session.isinitpath = isinitpath
+
         @pytest.hookimpl(hookwrapper=True)
         def pytest_collect_file(self, file_path, parent):
             outcome = yield

@@ -34,7 +34,15 @@ PROJECT = {
         "    return a + b\n\n\n"
         "def clock():\n"
         '    """The package\'s own clock.\n\n    >>> clock()\n    42\n    """\n'
-        "    return _time.now()\n"
+        "    return _time.now()\n\n\n"
+        # a doctest expecting a plain assert's own message: pytest would rewrite the module's
+        # asserts (adding its explanation) were the module an argument of the run
+        "def half(n):\n"
+        '    """Half an even number.\n\n    >>> half(3)\n    Traceback (most recent call last):'
+        '\n    ...\n    AssertionError: odd\n    """\n'
+        '    assert n % 2 == 0, "odd"\n    return n // 2\n\n\n'
+        # named like a test: plain pytest collects no test function from a package module
+        "def test_shaped_helper():\n    return half(4)\n"
     ),
     "src/demo/time.py": "import time as _stdlib_time\n\n\ndef now():\n    return 42\n",
     "tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef pair():\n    return (4, 5)\n",
