@@ -36,6 +36,9 @@ REPOSITORY = "opd-gym-env"
 IMAGE_LABEL = "opd_gym.env_image"  # every environment image carries it (the collector's filter)
 BASE_LABEL = "opd_gym.env_base"
 SETUP_CACHE_MOUNT = "/opd-cache"
+# A setup step installs into the image's own Python, which Debian marks externally managed
+# (PEP 668): `pip install ...` in a step works as written, with no extra flag.
+SETUP_ENVIRONMENT = {"PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore"}
 DEFAULT_BUDGET = 20 << 30
 STEP_TIMEOUT = 1800.0
 # a path below the setup cache in a setup step: `/opd-cache`, `/opd-cache/sdists/x.tar.gz`
@@ -171,7 +174,8 @@ class ImageCache:
                 self._say(f"  step {number}/{len(spec.setup)}: {step}")
                 with self.engine.call():
                     code, output = container.exec_run(["sh", "-c", step], user="0:0",
-                                                      workdir="/", demux=False)
+                                                      workdir="/", demux=False,
+                                                      environment=SETUP_ENVIRONMENT)
                 if code != 0:
                     tail = (output or b"").decode("utf-8", "replace")[-1500:]
                     raise ConfigError(f"setup step {number} of {len(spec.setup)} failed "

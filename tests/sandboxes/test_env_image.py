@@ -4,6 +4,7 @@ content, built once, refused with the failing step's words, kept under a disk bu
 from __future__ import annotations
 
 import uuid
+import zipfile
 
 import pytest
 
@@ -111,6 +112,37 @@ def test_setup_steps_install_offline_from_the_setup_cache_once(cache, engine):
     # the cache was mounted for the build only: the image holds none of its files
     assert run_in(engine, first.tag, f"ls -A {SETUP_CACHE_MOUNT} 2>/dev/null | wc -l") == "0"
     assert not engine.client.containers.list(all=True, filters={"ancestor": first.tag})
+
+
+def make_wheel(folder, name: str, version: str, source: str):
+    """A minimal pure-Python wheel of one module, written here (nothing is downloaded)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {f"{name}.py": source,
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                              "Tag: py3-none-any\n"}
+    files[f"{dist}/RECORD"] = "".join(f"{p},,\n" for p in [*files, f"{dist}/RECORD"])
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for rel, text in files.items():
+            wheel.writestr(rel, text)
+    return path
+
+
+@pytest.mark.docker
+def test_a_plain_pip_install_step_works_in_the_externally_managed_image(cache, engine, tmp_path):
+    """The documented step, `pip install --no-index --find-links /opd-cache PKG`, as written:
+    the image's Python is Debian's (PEP 668), and setup steps may install into it."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    marker = uuid.uuid4().hex[:8]
+    make_wheel(wheels, f"opd_probe_{marker}", "1.0", f"VALUE = {marker!r}\n")
+    spec = EnvironmentSpec(setup=(f"pip install --no-index --find-links {SETUP_CACHE_MOUNT} "
+                                  f"opd_probe_{marker}",), cache_dir=wheels)
+    report = cache.ensure(spec)
+    assert report.built
+    assert run_in(engine, report.tag,
+                  f"python3 -c 'import opd_probe_{marker} as m; print(m.VALUE)'") == marker
 
 
 @pytest.mark.docker
