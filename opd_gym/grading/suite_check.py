@@ -261,8 +261,16 @@ def check_project(project: SuiteProject, grader: Grades, image: str, *,
                            for k, v in list(reference.collect_errors.items())[:3])
         missing = sorted({m.group(1) for v in reference.collect_errors.values()
                           for m in re.finditer(r"No module named '([^']+)'", v or "")})
-        needs = (f"missing module(s) {', '.join(missing)}: install them with --setup"
-                 if missing else "it needs what the image lacks (install it with --setup)")
+        if missing:
+            needs = f"missing module(s) {', '.join(missing)}: install them with --setup"
+        elif reference.collect_errors:  # the suite's own doing, or a dependency's
+            needs = ("its collection fails (a dependency --setup installs, or an option "
+                     "--pytest-options gives, may fix it)")
+        elif reference.exit_code == 5:
+            needs = ("it collects no tests: name the suite's files, e.g. "
+                     "--pytest-options='-o python_files=tests.py'")
+        else:
+            needs = "it needs what the image lacks (install it with --setup)"
         why = (f"plain pytest cannot run this suite in the image; {needs} (exit "
                f"{reference.exit_code}{': ' + errors if errors else ''})")
         return SuiteCheck(ids=len(reference.outcomes), agree=0, disagreements=(),

@@ -176,12 +176,40 @@ def with_pythonpath(config: PytestConfig, folder: str) -> PytestConfig:
     return PytestConfig(render_ini(options), config.source, options)
 
 
+def _overrides(extra: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`-o NAME=VALUE` / `--override-ini NAME=VALUE` of `extra` as ini settings, and the rest
+    (pytest reads ini overrides from its command line only, never from `addopts`)."""
+    settings: dict[str, str] = {}
+    rest: list[str] = []
+    words = iter(extra)
+    for word in words:
+        value = None
+        if word in ("-o", "--override-ini"):
+            value = next(words, "")
+        elif word.startswith("--override-ini="):
+            value = word[len("--override-ini="):]
+        elif word.startswith("-o") and "=" in word:
+            value = word[2:]
+        if value is None:
+            rest.append(word)
+            continue
+        name, equal, setting = value.partition("=")
+        if not equal or not name.strip():
+            raise DatasetError(f"pytest option {word!r} {value!r}: an ini override is "
+                               "NAME=VALUE (-o python_files=tests.py)")
+        settings[name.strip()] = setting
+    return settings, rest
+
+
 def with_addopts(config: PytestConfig, extra: list[str]) -> PytestConfig:
-    """`config` with `extra` appended to its `addopts` (a row's or repository's own options)."""
+    """`config` with `extra` appended to its `addopts` (a row's or repository's own options);
+    an ini override among them (`-o python_files=tests.py`) becomes that ini setting."""
     if not extra:
         return config
-    options = dict(config.options)
-    options["addopts"] = shlex.join([*config.addopts, *extra])
+    settings, extra = _overrides(list(extra))
+    options = {**config.options, **settings}
+    if extra:
+        options["addopts"] = shlex.join([*config.addopts, *extra])
     return PytestConfig(render_ini(options), config.source or "the task's pytest options",
                         options)
 

@@ -148,3 +148,30 @@ def test_check_suite_installs_what_the_suite_needs_and_takes_outside_options(tmp
     assert "doctest-modules" in row, row
     assert main(["tasks", "check-suite", str(sdist), "--pytest-options=-x"]) == 2
     assert "would leave tests without an outcome" in capsys.readouterr().err
+
+
+ROOT_TESTS = {  # a single root `tests.py`, no pytest config (jsonpointer ships so)
+    "setup.py": "from setuptools import setup\nsetup(name='pointer')\n",
+    "pointer.py": "def resolve(doc, path):\n    for part in path.strip('/').split('/'):\n"
+                  "        doc = doc[part]\n    return doc\n",
+    "tests.py": "import unittest\n\nfrom pointer import resolve\n\n\n"
+                "class ResolveTest(unittest.TestCase):\n    def test_nested(self):\n"
+                "        self.assertEqual(resolve({'a': {'b': 3}}, '/a/b'), 3)\n",
+}
+
+
+@pytest.mark.docker
+def test_a_suite_pytest_does_not_find_is_named_and_an_ini_override_finds_it(tmp_path, capsys):
+    """No test file matches pytest's default python_files: no verdict, saying pytest collects
+    no tests and how to name them; `-o python_files=...` given as a pytest option becomes that
+    ini setting (pytest reads no override from addopts) and the suite agrees."""
+    sdist = make_sdist(tmp_path, ROOT_TESTS, name="pointer-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "it collects no tests" in out and "python_files" in out, out
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60",
+                 "--pytest-options=-o python_files=tests.py"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out, out
+    row = next(line for line in out.splitlines() if line.startswith("pointer-1.0 "))
+    assert " 1 " in row and "(100.0%)" in row, row

@@ -138,3 +138,20 @@ def test_what_the_installed_pytest_refuses_is_dropped_with_a_note(tmp_path):
     assert "minversion" not in config.options
     assert len(notes) == 2 and any("--cov=semver" in n for n in notes)
     assert with_pythonpath(config, "src").options["pythonpath"] == "src"
+
+
+def test_ini_overrides_among_options_become_ini_settings():
+    """pytest reads `-o NAME=VALUE` from its command line only, never from `addopts`: given
+    among a row's or check-suite's options, an override becomes the ini setting itself."""
+    from opd_gym.tasks.pytest_config import with_addopts
+
+    config = read_pytest_config({"setup.py": b""})
+    for extra in (["-o", "python_files=tests.py"], ["-opython_files=tests.py"],
+                  ["--override-ini=python_files=tests.py"],
+                  ["--override-ini", "python_files=tests.py"]):
+        adapted = with_addopts(config, [*extra, "-ra"])
+        assert adapted.options["python_files"] == "tests.py", extra
+        assert adapted.addopts == ["-ra"]
+        assert "python_files = tests.py" in adapted.ini
+    with pytest.raises(DatasetError, match="NAME=VALUE"):
+        with_addopts(config, ["-o", "python_files"])
