@@ -458,6 +458,60 @@ def interrupt_fails():
     return InterruptFails()
 
 
+def failures_restore_state():
+    """pytest plugin: when a test raises, the process state a context manager typically
+    restores after its `yield` (os.name, sys.platform, the working directory, os.environ,
+    sys.path) is put back as it was before the test's setup, before pytest reports it. A real
+    test passes and its context manager restores that state; its canary fails inside the block,
+    and without try/finally the state leaks: later tests of the variant would fail where plain
+    pytest passes them, or pytest's own report would break (colorama's osname('nt') leaves
+    os.name 'nt', and pytest then cannot build a path: INTERNALERROR ends the session). A
+    report pytest still cannot build is a plain failure of that test, never the session's."""
+    import pytest
+
+    class RestoresState:
+        saved = None
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtest_setup(self, item):
+            try:
+                self.saved = (os.name, sys.platform, os.getcwd(), dict(os.environ),
+                              list(sys.path))
+            except Exception:  # a working directory a test removed: nothing to restore
+                self.saved = None
+
+        @pytest.hookimpl(wrapper=True, tryfirst=True)
+        def pytest_runtest_makereport(self, item, call):
+            # a unittest case's failure waits in item._excinfo until pytest's own hook takes it
+            if self.saved is not None and (call.excinfo is not None
+                                           or getattr(item, "_excinfo", None)):
+                self.restore()
+            try:
+                return (yield)
+            except Exception as exc:  # pytest could not describe the failure: still a failure
+                from _pytest.reports import TestReport
+
+                return TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords},
+                                  "failed", f"the test's report could not be built: "
+                                  f"{type(exc).__name__}: {exc}", call.when,
+                                  duration=call.duration, start=call.start, stop=call.stop)
+
+        def restore(self):
+            name, platform, cwd, environ, path = self.saved
+            try:
+                os.name, sys.platform = name, platform
+                if os.getcwd() != cwd:
+                    os.chdir(cwd)
+                if dict(os.environ) != environ:
+                    os.environ.clear()
+                    os.environ.update(environ)
+                sys.path[:] = path
+            except Exception:
+                pass
+
+    return RestoresState()
+
+
 def pristine_docstrings(source):
     """{qualified name: (docstring or None, 0-based line)} of what doctest's finder visits in a
     module, read with ast from `source`: the module itself (""), its functions and classes, and
@@ -633,7 +687,7 @@ def run_variant(command, out_fd, result_fd):
         import pytest
 
         reporter = Reporter(RESULT_FD, command.get("select"), command.get("skip") or ())
-        plugins = [reporter, interrupt_fails()]
+        plugins = [reporter, interrupt_fails(), failures_restore_state()]
         if command.get("doctests"):
             plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
         code = int(pytest.main(list(command["pytest_args"]), plugins=plugins))

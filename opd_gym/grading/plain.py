@@ -68,6 +68,15 @@ def put_files(name: str, files: Mapping[str, bytes], root: str = "/workspace") -
     _docker("exec", "-i", "-u", AGENT_USER, name, "tar", "-x", "-C", root, stdin=_tar(files))
 
 
+def imported_by_pytest(name: str) -> frozenset[str]:
+    """The top-level modules `import pytest` loads in container `name` (pytest's own
+    dependencies among them: pluggy, iniconfig, packaging)."""
+    out = _docker("exec", "-u", AGENT_USER, name, "python3", "-c",
+                  "import sys, pytest; print(' '.join(sorted({m.partition('.')[0] "
+                  "for m in sys.modules})))")
+    return frozenset(out.decode(errors="replace").split())
+
+
 def exec_pytest(name: str, args: Sequence[str] = (), root: str = "/workspace",
                 timeout: float = 600, env: Mapping[str, str] | None = None,
                 ) -> tuple[int, float, str]:

@@ -21,9 +21,17 @@ from pathlib import PurePosixPath
 from typing import Protocol
 
 from opd_gym.errors import GradingError
+from opd_gym.grading.canary import module_names
 from opd_gym.grading.expected import display_name, python_files
 from opd_gym.grading.expected import is_test_module as test_module
-from opd_gym.grading.plain import PlainRun, container, exec_pytest, put_files, run_plain
+from opd_gym.grading.plain import (
+    PlainRun,
+    container,
+    exec_pytest,
+    imported_by_pytest,
+    put_files,
+    run_plain,
+)
 from opd_gym.grading.report import GradeReport
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.pytest_config import (
@@ -131,6 +139,12 @@ def _adapted(files: Mapping[str, bytes], config: PytestConfig, image: str,
              notes: list[str]) -> PytestConfig:
     """Collect once in `image`; drop what its pytest refuses (usage errors), until it runs."""
     with container(image) as name:
+        shadowed = sorted(module_names(p for p in files if not is_test_module(p, config))
+                          & imported_by_pytest(name))
+        if shadowed:  # pytest loads its own copy first: the suite never imports the project's
+            notes.append(f"pytest itself imports the image's {', '.join(shadowed)} before the "
+                         "suite runs, so the suite tests that copy, not this project's (no "
+                         "test can earn)")
         put_files(name, dict(files))
         for _ in range(ADAPT_ROUNDS):
             put_files(name, {"pytest.ini": config.ini.encode()})

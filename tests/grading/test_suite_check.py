@@ -101,6 +101,13 @@ def test_the_adapted_config_drops_only_what_the_image_refuses():
     project = prepare("demo", files, DEFAULT_IMAGE)
     assert project.config.addopts == ["--doctest-modules", "-ra"]
     assert project.config.options["pythonpath"] == "src"
+    assert not any("pytest itself imports" in n for n in project.notes)
+    # a project pytest itself depends on: its suite runs against the image's copy, noted
+    shadow = {"src/pluggy/__init__.py": "VERSION = 'mine'\n",
+              "tests/test_version.py": "import pluggy\n\n\ndef test_version():\n"
+                                       "    assert pluggy.VERSION == 'mine'\n"}
+    notes = prepare("pluggy", {p: t.encode() for p, t in shadow.items()}, DEFAULT_IMAGE).notes
+    assert any("pytest itself imports the image's pluggy" in n for n in notes), notes
 
 
 def test_a_file_that_is_no_sdist_is_one_line(tmp_path, capsys):
@@ -175,3 +182,43 @@ def test_a_suite_pytest_does_not_find_is_named_and_an_ini_override_finds_it(tmp_
     assert "1 of 1 suites agree with plain pytest" in out, out
     row = next(line for line in out.splitlines() if line.startswith("pointer-1.0 "))
     assert " 1 " in row and "(100.0%)" in row, row
+
+
+LEAKY = {  # context managers restoring process state after `yield`, without try/finally
+    "setup.py": "from setuptools import setup\nsetup(name='leaky')\n",
+    "leaky/__init__.py": "",
+    "leaky/core.py": "import os\n\n\ndef platform_name():\n"
+                     "    return 'windows' if os.name == 'nt' else 'posix'\n\n\n"
+                     "def mode():\n    return os.environ.get('LEAKY_MODE', 'off')\n",
+    "tests/__init__.py": "",
+    "tests/utils.py": (
+        "import contextlib\nimport os\n\n\n@contextlib.contextmanager\ndef osname(name):\n"
+        "    old, os.name = os.name, name\n    yield\n    os.name = old\n\n\n"
+        "@contextlib.contextmanager\ndef env(value):\n    os.environ['LEAKY_MODE'] = value\n"
+        "    yield\n    del os.environ['LEAKY_MODE']\n"
+    ),
+    "tests/test_leaky.py": (
+        "import unittest\n\nfrom leaky.core import mode, platform_name\n\n"
+        "from .utils import env, osname\n\n\n"
+        "class PlatformTest(unittest.TestCase):\n"
+        "    def test_a_windows(self):\n        with osname('nt'):\n"
+        "            self.assertEqual(platform_name(), 'windows')\n\n"
+        "    def test_b_posix(self):\n        self.assertEqual(platform_name(), 'posix')\n\n\n"
+        "def test_c_mode_on():\n    with env('on'):\n        assert mode() == 'on'\n\n\n"
+        "def test_d_mode_off():\n    assert mode() == 'off'\n"
+    ),
+}
+
+
+@pytest.mark.docker
+def test_a_failing_canary_leaks_no_process_state_into_later_tests(tmp_path, capsys):
+    """A canary fails inside a context manager that restores os.name or os.environ only after
+    its `yield` (colorama's test utils): plain pytest never fails there, so nothing leaks; in
+    the grade the failing test's state is put back before pytest reports it, so pytest's own
+    report does not break (os.name 'nt': no path) and later tests see what plain pytest's see."""
+    sdist = make_sdist(tmp_path, LEAKY, name="leaky-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out, out
+    row = next(line for line in out.splitlines() if line.startswith("leaky-1.0 "))
+    assert "4 (100.0%)" in row, row
