@@ -618,17 +618,27 @@ def pristine_doctests(tree, sources, select=None):
     class Plugin:
         @pytest.hookimpl(tryfirst=True)
         def pytest_sessionstart(self, session):
-            """The doctest sources are named on the command line only to select them: plain
-            pytest, run without arguments, collects them from their folder, so they are no
-            initial paths here either (pytest would rewrite their asserts, changing the
-            messages a doctest expects, and collect them as test modules)."""
-            initial = session.isinitpath
+            """The doctest sources are named on the command line only to select them; plain
+            pytest, run without arguments, collects them from their folder: their asserts
+            are rewritten only as plain pytest would (its python_files, a conftest), never
+            for being named (a doctest expecting an assert's own message would fail)."""
+            hook = next((h for h in sys.meta_path
+                         if type(h).__name__ == "AssertionRewritingHook"), None)
+            should = getattr(hook, "_should_rewrite", None)
+            if should is None:
+                return
 
-            def isinitpath(path, *args, **kwargs):
-                rel = os.path.relpath(str(path), tree).replace(os.sep, "/")
-                return False if rel in sources else initial(path, *args, **kwargs)
+            def should_rewrite(name, fn, state):
+                rel = os.path.relpath(str(fn), tree).replace(os.sep, "/")
+                if rel not in sources:
+                    return should(name, fn, state)
+                named, hook.session = hook.session, None  # as if not on the command line
+                try:
+                    return should(name, fn, state)
+                finally:
+                    hook.session = named
 
-            session.isinitpath = isinitpath
+            hook._should_rewrite = should_rewrite
 
         @pytest.hookimpl(hookwrapper=True)
         def pytest_collect_file(self, file_path, parent):
@@ -636,10 +646,18 @@ def pristine_doctests(tree, sources, select=None):
             rel = os.path.relpath(str(file_path), tree).replace(os.sep, "/")
             if rel not in sources:
                 return
-            for collector in outcome.get_result() or ():
+            collected = list(outcome.get_result() or ())
+            for collector in collected:
                 if type(collector) is DoctestModule:
                     collector.__class__ = PristineDoctestModule
                     collector.pristine_source = sources[rel]
+            # named on the command line, the module is also collected as a test module; plain
+            # pytest does so only where python_files matches it
+            from _pytest.python import Module, path_matches_patterns
+
+            if any(type(c) is PristineDoctestModule for c in collected) and not \
+                    path_matches_patterns(file_path, parent.config.getini("python_files")):
+                outcome.force_result([c for c in collected if type(c) is not Module])
 
     return Plugin()
 
