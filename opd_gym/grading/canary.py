@@ -771,15 +771,19 @@ def _argnames(node: ast.expr) -> list[str] | None:
 
 
 def _id_part(node: ast.expr, argname: str, index: int) -> str | None:
-    """pytest's id (8.4 and 9.x alike) for one literal value, or None where the rules of
-    the two differ or need the runtime value (names, calls, escapes, long text)."""
+    """pytest's id (8.4 and 9.x alike) for one literal value as an explicit `ids=` entry, or
+    None where the rules of the two differ or need the runtime value (names, calls, long
+    text, escaped bytes). Text outside printable ASCII is given as it is: pytest escapes an
+    explicit id exactly as the value's own (`publicité` -> `publicit\\xe9` either way)."""
     value = _literal(node)
     if value is _NO or isinstance(value, complex):
         return None
     if value is None or isinstance(value, bool | int | float):
         return str(value)
-    if isinstance(value, str | bytes):
-        text = value if isinstance(value, str) else value.decode("latin-1")
+    if isinstance(value, str):
+        return value if len(value) <= 100 else None
+    if isinstance(value, bytes):
+        text = value.decode("latin-1")
         if len(value) > 100 or any(not 32 <= ord(c) < 127 or c == "\\" for c in text):
             return None
         return text

@@ -486,8 +486,7 @@ def _id_of(node: ast.expr, argname: str, index: int) -> str | None:
     """pytest's id for one literal value (canary._id_part, and text outside printable ASCII
     escaped as pytest escapes it); calibration checks it against the ids pytest gave."""
     value = _literal(node)
-    if isinstance(value, str) and 0 < len(value) <= 100 and _id_part(node, argname, index) \
-            is None:
+    if isinstance(value, str) and 0 < len(value) <= 100 and not _plain_id(value):
         escaped = value.encode("unicode_escape").decode("ascii")
         return "".join(c if 32 <= ord(c) < 127 else f"\\x{ord(c):02x}" for c in escaped)
     return _id_part(node, argname, index)
