@@ -386,6 +386,8 @@ def _prepared_sandbox(pool: SandboxPool, task: Task) -> Sandbox:
             else:
                 for path, text in task.files.items():
                     sandbox.write_file(path, text)
+                if task.assets:
+                    sandbox.write_files(dict(task.assets))
             return sandbox
         except (SandboxDied, SandboxTimeout):
             pool.release(sandbox)

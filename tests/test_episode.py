@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from opd_gym.episode import FORMAT_ERRORS, MAX_TURNS, SUBMITTED, Episode, EpisodeSettings
-from opd_gym.errors import ConfigError
+from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.tools.parsing import format_tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
@@ -105,3 +105,20 @@ def test_the_untouched_starter_earns_nothing(local_pool):
     assert episode.reward_breakdown.to_dict() == {"correctness": 0.0, "efficiency": 0.0,
                                                   "tool_use": 0.0, "total": 0.0}
     assert episode.reward == 0.0
+
+
+def test_a_tasks_binary_assets_are_in_the_workspace_and_graded_with(local_pool, make_task):
+    """Assets (bytes no Task text can hold) are in the workspace at reset, beside the
+    starter files, and in the grade: a test reading one passes on the reference."""
+    blob = bytes(range(256))
+    tests = {"test_blob.py": "import pathlib\n\nfrom calc import add\n\n\n"
+                             "def test_blob():\n    data = pathlib.Path('blob.bin').read_bytes()\n"
+                             "    assert add(len(data), 1) == 257\n"}
+    task = make_task("blob", tests=tests, assets={"blob.bin": blob})
+    episode = Episode(task, local_pool, EpisodeSettings(max_turns=5))
+    assert episode.sandbox is not None and episode.sandbox.read_file("blob.bin") == blob
+    episode.play(WRITE)
+    episode.play(format_tool_call("submit"))
+    assert episode.grade is not None and episode.grade.score == 1.0, episode.grade.reason
+    with pytest.raises(DatasetError, match="assets must map path strings to bytes"):
+        make_task("bad", assets={"blob.bin": "text"})

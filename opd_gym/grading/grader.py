@@ -123,7 +123,9 @@ def task_key(task: Task) -> str:
     """A hash of everything that decides a task's grade: tests, starter, reference, settings."""
     content = json.dumps(
         [sorted(task.tests.items()), sorted(task.files.items()), sorted(task.solution.items()),
-         task.pytest_ini, list(task.test_ids or ()), task.timeout], sort_keys=True,
+         task.pytest_ini, list(task.test_ids or ()), task.timeout,
+         sorted((p, hashlib.sha256(d).hexdigest()) for p, d in task.assets.items())],
+        sort_keys=True,
     )
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -326,8 +328,9 @@ class Grader:
         candidates = tuple(choose([s for s in sentinel_sites(hidden_files(task), paths)
                                    if usable(s)], SENTINEL_CANDIDATES, random.Random(seed)))
 
-        def files(texts: Mapping[str, str]) -> dict[str, bytes]:
-            return select_files(task, {p: t.encode() for p, t in texts.items()})[0]
+        def files(texts: Mapping[str, str]) -> dict[str, bytes]:  # beside the task's assets
+            return select_files(task, {**task.assets,
+                                       **{p: t.encode() for p, t in texts.items()}})[0]
 
         starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
                                    count=len(candidates), calibrating="the untouched starter")

@@ -249,18 +249,21 @@ def shapes(project: SuiteProject, ids: Sequence[str], hidden: Mapping[str, str])
 
 def suite_task(project: SuiteProject, reference: PlainRun, hidden: Mapping[str, str],
                timeout: float) -> Task:
-    """The project as a task: its suite hidden, its own code the reference solution."""
+    """The project as a task: its suite hidden, its own code the reference solution, its
+    binary files (data the suite reads or makes tests from) the task's assets."""
     solution: dict[str, str] = {}
+    assets: dict[str, bytes] = {}
     for path, data in project.files.items():
         if path in hidden or path == "pytest.ini":
             continue
         try:
             solution[path] = data.decode("utf-8")
         except UnicodeDecodeError:
-            continue  # binary files reach the grade as bytes (the workspace), not the reference
+            assets[path] = data  # in every calibration run too, as in the grade's workspace
     return Task(id=f"suite-{project.name}", prompt=f"{project.name} against its own tests",
                 files={}, tests=dict(hidden), solution=solution, timeout=timeout,
-                pytest_ini=project.config.ini, test_ids=tuple(sorted(reference.outcomes)))
+                pytest_ini=project.config.ini, test_ids=tuple(sorted(reference.outcomes)),
+                assets=assets)
 
 
 def check_project(project: SuiteProject, grader: Grades, image: str, *,

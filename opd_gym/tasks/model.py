@@ -82,6 +82,8 @@ class Task:
     `pytest_ini` is the ini text the hidden tests run with (None: an empty `[pytest]`);
     `test_ids` the exact pytest node ids the run must report, for tests too dynamic for a
     static reading of the test files (None: read them statically, see grading/expected.py).
+    `assets` are binary files of the workspace (data a suite reads, or generates tests from),
+    path -> bytes: placed at reset beside `files`, and in every calibration run.
     """
 
     id: str
@@ -96,6 +98,7 @@ class Task:
     pytest_ini: str | None = None
     test_ids: tuple[str, ...] | None = None
     repo: RepoInfo | None = None
+    assets: Mapping[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.id or not isinstance(self.id, str):
@@ -109,6 +112,9 @@ class Task:
             if not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
                 raise DatasetError(f"task {self.id!r}: {name} must map path strings to text")
             object.__setattr__(self, name, _frozen(value))
+        if not all(isinstance(k, str) and isinstance(v, bytes) for k, v in self.assets.items()):
+            raise DatasetError(f"task {self.id!r}: assets must map path strings to bytes")
+        object.__setattr__(self, "assets", MappingProxyType(dict(self.assets)))
         if self.pytest_ini is not None and not isinstance(self.pytest_ini, str):
             raise DatasetError(f"task {self.id!r}: pytest_ini must be text")
         if self.test_ids is not None:

@@ -214,7 +214,8 @@ def _task(row: Mapping[str, Any], readers: _Readers, *, ignore_images: bool,
             metadata[name] = row[name]
     return Task(id=instance_id, prompt=prompt, files=base_text, tests=tests, solution=solution,
                 timeout=timeout, difficulty="hard", tags=("repository", "swebench"),
-                metadata=metadata, pytest_ini=ini, repo=info)
+                metadata=metadata, pytest_ini=ini, repo=info,
+                assets={path: tree[path] for path in binary})  # calibration runs hold them too
 
 
 def _test_options(where: Mapping[str, Any]) -> list[str]:

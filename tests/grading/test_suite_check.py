@@ -57,11 +57,11 @@ PROJECT = {
 }
 
 
-def make_sdist(folder: Path, files: dict[str, str], name: str = "demo-1.0") -> Path:
+def make_sdist(folder: Path, files: dict[str, str | bytes], name: str = "demo-1.0") -> Path:
     path = folder / f"{name}.tar.gz"
     with tarfile.open(path, "w:gz") as tar:
         for rel, text in sorted(files.items()):
-            data = text.encode()
+            data = text if isinstance(text, bytes) else text.encode()
             info = tarfile.TarInfo(f"{name}/{rel}")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -222,3 +222,39 @@ def test_a_failing_canary_leaks_no_process_state_into_later_tests(tmp_path, caps
     assert "1 of 1 suites agree with plain pytest" in out, out
     row = next(line for line in out.splitlines() if line.startswith("leaky-1.0 "))
     assert "4 (100.0%)" in row, row
+
+
+BINARY_SAMPLES = {  # tests generated from a data folder holding a file that is no UTF-8 text
+    "setup.py": "from setuptools import setup\nsetup(name='codec')\n",
+    "codec.py": "def decode(data):\n    return data.decode('utf-8')\n",
+    "tests/conftest.py": (
+        "import pathlib\n\n\ndef pytest_generate_tests(metafunc):\n"
+        "    if 'sample' in metafunc.fixturenames:\n"
+        "        folder = pathlib.Path(__file__).parent / 'samples'\n"
+        "        metafunc.parametrize('sample', sorted(p.name for p in folder.iterdir()))\n"
+    ),
+    "tests/test_codec.py": (
+        "import pathlib\n\nfrom codec import decode\n\n"
+        "SAMPLES = pathlib.Path(__file__).parent / 'samples'\n\n\n"
+        "def test_decodes(sample):\n    data = (SAMPLES / sample).read_bytes()\n    try:\n"
+        "        decode(data)\n    except UnicodeDecodeError:\n"
+        "        assert sample.startswith('bad')\n    else:\n"
+        "        assert not sample.startswith('bad')\n\n\n"
+        "def test_ascii():\n    assert decode(b'abc') == 'abc'\n"
+    ),
+    "tests/samples/good.txt": "hello\n",
+    "tests/samples/bad-utf8.bin": b"\xff\xfe\x00bad",
+}
+
+
+@pytest.mark.docker
+def test_binary_files_that_make_tests_are_in_every_calibration_run(tmp_path, capsys):
+    """A suite generating a test per data file, one of them no UTF-8 text (tomlkit's invalid
+    encodings): the binary file is one of the task's assets, in the calibration runs as in
+    the grade's workspace, so every id plain pytest reports runs (before: no verdict)."""
+    sdist = make_sdist(tmp_path, BINARY_SAMPLES, name="codec-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out, out
+    row = next(line for line in out.splitlines() if line.startswith("codec-1.0 "))
+    assert "3 (100.0%)" in row, row

@@ -42,6 +42,8 @@ def test_round_trip_from_a_jsonl_file(project, tmp_path, source):
     assert dict(task.files) == {p: d.decode() for p, d in base.items() if p != "assets/logo.bin"}
     assert task.files["tests/test_core.py"] == TESTS_BASE
     assert task.metadata["binary_files"] == 1 and task.metadata["version"] == "0.1"
+    # ... and carried as an asset: the calibration runs' trees hold it, as the workspace does
+    assert dict(task.assets) == {"assets/logo.bin": base["assets/logo.bin"]}
     # tests: after the test patch; solution: after the gold patch, only what it changes
     assert dict(task.tests) == {"tests/test_core.py": TESTS_FIXED}
     assert dict(task.solution) == {"minicalc/core.py": CORE_FIXED}
