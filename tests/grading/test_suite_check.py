@@ -68,6 +68,16 @@ def make_sdist(folder: Path, files: dict[str, str | bytes], name: str = "demo-1.
     return path
 
 
+def agreeing_row(tmp_path: Path, capsys, files: dict[str, str | bytes], name: str,
+                 *options: str) -> str:
+    """check-suite on `files` as the sdist `name`: it must agree with plain pytest; its row."""
+    sdist = make_sdist(tmp_path, files, name=name)
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60", *options]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out, out
+    return next(line for line in out.splitlines() if line.startswith(f"{name} "))
+
+
 def test_the_suite_is_what_plain_pytest_collects_less_the_package_doctests():
     files = {p: t.encode() for p, t in PROJECT.items()}
     config = read_pytest_config(files)
@@ -176,11 +186,8 @@ def test_a_suite_pytest_does_not_find_is_named_and_an_ini_override_finds_it(tmp_
     assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
     out = capsys.readouterr().out
     assert "it collects no tests" in out and "python_files" in out, out
-    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60",
-                 "--pytest-options=-o python_files=tests.py"]) == 0
-    out = capsys.readouterr().out
-    assert "1 of 1 suites agree with plain pytest" in out, out
-    row = next(line for line in out.splitlines() if line.startswith("pointer-1.0 "))
+    row = agreeing_row(tmp_path, capsys, ROOT_TESTS, "pointer-1.0",
+                       "--pytest-options=-o python_files=tests.py")
     assert " 1 " in row and "(100.0%)" in row, row
 
 
@@ -216,11 +223,7 @@ def test_a_failing_canary_leaks_no_process_state_into_later_tests(tmp_path, caps
     its `yield` (colorama's test utils): plain pytest never fails there, so nothing leaks; in
     the grade the failing test's state is put back before pytest reports it, so pytest's own
     report does not break (os.name 'nt': no path) and later tests see what plain pytest's see."""
-    sdist = make_sdist(tmp_path, LEAKY, name="leaky-1.0")
-    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 0
-    out = capsys.readouterr().out
-    assert "1 of 1 suites agree with plain pytest" in out, out
-    row = next(line for line in out.splitlines() if line.startswith("leaky-1.0 "))
+    row = agreeing_row(tmp_path, capsys, LEAKY, "leaky-1.0")
     assert "4 (100.0%)" in row, row
 
 
@@ -252,9 +255,5 @@ def test_binary_files_that_make_tests_are_in_every_calibration_run(tmp_path, cap
     """A suite generating a test per data file, one of them no UTF-8 text (tomlkit's invalid
     encodings): the binary file is one of the task's assets, in the calibration runs as in
     the grade's workspace, so every id plain pytest reports runs (before: no verdict)."""
-    sdist = make_sdist(tmp_path, BINARY_SAMPLES, name="codec-1.0")
-    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 0
-    out = capsys.readouterr().out
-    assert "1 of 1 suites agree with plain pytest" in out, out
-    row = next(line for line in out.splitlines() if line.startswith("codec-1.0 "))
+    row = agreeing_row(tmp_path, capsys, BINARY_SAMPLES, "codec-1.0")
     assert "3 (100.0%)" in row, row
