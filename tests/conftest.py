@@ -46,6 +46,36 @@ def make_toy_task(task_id: str = "toy_add", **overrides) -> Task:
     return Task(**fields)
 
 
+# Files whose tests start the session's vLLM servers or its Ray cluster: under pytest-xdist
+# they all go to one worker, so a run starts each once (two Ray heads would also share ports).
+ONE_WORKER = ("tests/vllm/", "tests/distributed/", "tests/tasks/test_synth.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A vllm or ray test outside ONE_WORKER would start a second server or cluster under
+    xdist: refuse the run and say where to list it."""
+    for item in items:
+        if (item.get_closest_marker("vllm") or item.get_closest_marker("ray")) \
+                and not item.nodeid.startswith(ONE_WORKER):
+            raise pytest.UsageError(f"{item.nodeid} is a vllm/ray test: add its file to "
+                                    "ONE_WORKER in tests/conftest.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (the test command's), with every ONE_WORKER file in one unit: a
+    module's tests share a worker, so its module fixtures are built once."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "vllm-ray" if path.startswith(ONE_WORKER) else path
+
+    return ByFile(config, log)
+
+
 @pytest.fixture(scope="session")
 def docker_grader():
     from opd_gym.grading import Grader
