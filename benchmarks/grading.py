@@ -2,7 +2,8 @@
 30, point 2).
 
 For every built-in task (envs/coding/tasks/*) with its reference solution: `Grader.grade`
-(copy into a fresh pooled sandbox, both canary variants, verdict checks) against plain
+(copy into a fresh pooled sandbox, the hidden tests run once where every earning test is held,
+else both canary variants, verdict checks) against plain
 `python3 -m pytest` on the same files in a container of the same image (the whole process,
 started with `docker exec`; the files are put there beforehand, as the pool's containers are
 started beforehand; `opd_grading`, the helper module some hidden tests import, is put on
@@ -11,9 +12,10 @@ PYTHONPATH as the harness puts it on sys.path). Then a synthetic task whose one 
 each graded on its gold fix with every passing test as PASS_TO_PASS, against plain pytest on
 the project's FULL suite (no ids: the project's own config, as a user runs it).
 
-Beside each grade, the column "once" grades the same files with `Grader(once=True)`: tests
-whose second run tells nothing run in one variant only (opd_gym/grading/once.py; off by
-default, since it breaks suites whose tests hand state to later ones). Rounds are interleaved
+Beside each grade, the column "2 runs" grades the same files with `Grader(single_run=False)`:
+both variants even where every earning test is held (what every grade cost before one-run
+grading; on a task whose earning tests are not held the two columns do the same). Rounds are
+interleaved
 task by task so that machine noise hits all sides alike; each task is calibrated once first
 (a Grader does that once per task; its cost is shown apart).
 
@@ -80,18 +82,18 @@ def plain_files(task: Task) -> dict[str, bytes]:
 
 
 @contextlib.contextmanager
-def tests_run_once(grader: Grader):
-    """`Grader(once=True)` for the "once" column: tests whose second run tells nothing run in
-    one variant only (once.py; off by default: it breaks suites whose tests hand state on)."""
-    grader.once = True
+def two_runs(grader: Grader):
+    """`Grader(single_run=False)` for the "2 runs" column (the same calibration): both
+    variants, even where every earning test is held."""
+    grader.single_run = False
     try:
         yield
     finally:
-        grader.once = False
+        grader.single_run = True
 
 
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
-    """Median wall seconds of grade, of grade with tests run once, and of plain pytest on
+    """Median wall seconds of grade, of grade in two runs, and of plain pytest on
     `task` (a repository task: its project's whole suite), and the calibration cost."""
     solved = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
     if task.repo is not None:
@@ -102,7 +104,7 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
     started = time.perf_counter()
     grader.calibration(task)
     calibrate = time.perf_counter() - started
-    grades, once, plains = [], [], []
+    grades, twice, plains = [], [], []
 
     def grade(into: list[float]) -> None:
         started = time.perf_counter()
@@ -117,38 +119,38 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
         put_files(name, {"opd_grading.py": opd_grading_source().encode()}, root=HELPER_DIR)
         for _ in range(rounds):
             grade(grades)
-            with tests_run_once(grader):
-                grade(once)
+            with two_runs(grader):
+                grade(twice)
             code, wall, output = exec_pytest(name, args, env={"PYTHONPATH": HELPER_DIR})
             # a project's full suite may hold tests that fail on the gold tree too (they are
             # in neither FAIL_TO_PASS nor PASS_TO_PASS): exit 1 is a run, 2+ is not
             if code not in ((0, 1) if task.repo is not None else (0,)):
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
-    return {"grade": statistics.median(grades), "once": statistics.median(once),
+    return {"grade": statistics.median(grades), "twice": statistics.median(twice),
             "plain": statistics.median(plains), "calibrate": calibrate}
 
 
 def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
     """Print one row per task; the rows."""
-    print(f"\n{title}\n{'task':<28} {'grade s':>8} {'once s':>8} {'plain s':>8} {'ratio':>6} "
-          f"{'once':>6} {'calibrate s':>12}", flush=True)
+    print(f"\n{title}\n{'task':<28} {'grade s':>8} {'2 runs s':>8} {'plain s':>8} "
+          f"{'ratio':>6} {'2 runs':>6} {'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
-        print(f"{task.id:<28} {row['grade']:>8.3f} {row['once']:>8.3f} {row['plain']:>8.3f} "
-              f"{row['grade'] / row['plain']:>5.2f}x {row['once'] / row['plain']:>5.2f}x "
+        print(f"{task.id:<28} {row['grade']:>8.3f} {row['twice']:>8.3f} {row['plain']:>8.3f} "
+              f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
               f"{row['calibrate']:>12.2f}", flush=True)
     return rows
 
 
 def summary(name: str, rows: list[dict[str, float]], rounds: int) -> str:
     ratios = [r["grade"] / r["plain"] for r in rows]
-    once = [r["once"] / r["plain"] for r in rows]
+    twice = [r["twice"] / r["plain"] for r in rows]
     total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
-    return (f"{name}: median ratio {statistics.median(ratios):.2f}x (Grader(once=True): "
-            f"{statistics.median(once):.2f}x), max {max(ratios):.2f}x, summed grade / summed "
+    return (f"{name}: median ratio {statistics.median(ratios):.2f}x (2 runs: "
+            f"{statistics.median(twice):.2f}x), max {max(ratios):.2f}x, summed grade / summed "
             f"plain {total:.2f}x, {len(rows)} tasks x {rounds} rounds")
 
 

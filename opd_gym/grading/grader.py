@@ -20,8 +20,12 @@ a gate. No test run, a timeout, an incomplete verdict, or a failed calibration a
 failure; the machinery's own failures are flagged infra errors.
 
 By default (`hold=True`; `hold=False` opts out) the literal of each calibrated equality site
-stays on the host (held.py): both runs emit the solution's value there and the host compares;
-where a task holds a test that earns, only held tests earn.
+stays on the host (held.py): the run emits the solution's value there and the host compares;
+where a task holds a test that earns, only held tests earn. Such a task is graded in ONE run
+(plain pytest's cost), all tests real: a held test's canary would only be the host comparing
+the same emitted value with another literal, and the tests that are not held gate, where a
+forged pass wins nothing. So are the starter's and the null submission's calibration runs,
+which have no canaries. Only tasks whose earning tests are not held keep the two variants.
 """
 
 from __future__ import annotations
@@ -86,6 +90,7 @@ from opd_gym.tasks.model import Task
 GRADE_DIR = launch.GENERIC_DIR
 HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (start-up, pytest)
 VARIANTS = 2  # the harness runs them one after the other, each with the task's timeout
+SINGLE = 1  # runs of a grade whose earning tests are all held, or of a calibration without canaries
 HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
@@ -233,7 +238,7 @@ class Grader:
     """
 
     def __init__(self, sandboxes: SandboxSource, *, output_chars: int = 2000,
-                 hold: bool = True, once: bool = False) -> None:
+                 hold: bool = True, once: bool = False, single_run: bool = True) -> None:
         """`hold` (the default): host-held expectations (held.py): the literal of each
         calibrated equality site stays on the host, and where a task holds a site only tests
         holding one earn (the others gate). `hold=False` opts out (the canary scheme alone).
@@ -241,11 +246,16 @@ class Grader:
         `once` (off by default): a test whose second run judges nothing runs in one variant
         only (once.py), a few percent less wall time; a suite whose tests hand state to later
         ones (a test setting a class attribute the next ones read) then fails tests plain
-        pytest passes, so it is for suites known to be order-independent."""
+        pytest passes, so it is for suites known to be order-independent.
+
+        `single_run` (the default): a task whose earning tests are all held is graded in one
+        run, every test real (plain pytest's cost); `single_run=False` keeps both variants
+        there too, so that a forgery on such a task is also named (`GradeReport.forgery`)."""
         self.sandboxes = sandboxes
         self.output_chars = output_chars
         self.hold = hold
         self.once = once
+        self.single_run = single_run
         self._secret = os.urandom(32)
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.Lock] = {}
@@ -264,7 +274,9 @@ class Grader:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries,
                                              sentinels=calibration.sentinels,
-                                             held=calibration.held, calibration=calibration)
+                                             held=calibration.held, calibration=calibration,
+                                             single=self.single_run
+                                             and calibration.held_only)
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -333,13 +345,15 @@ class Grader:
                                        **{p: t.encode() for p, t in texts.items()}})[0]
 
         starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
-                                   count=len(candidates), calibrating="the untouched starter")
+                                   count=len(candidates), calibrating="the untouched starter",
+                                   single=True)
         # What the starter passed, even in a run cut short: a gate too many never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
             return Calibration(canaries, starter_passed=starter_passed)
         null_run, _ = self._run(task, files(null_submission(task)), bare, sentinels=candidates,
-                                count=len(candidates), calibrating="the null submission")
+                                count=len(candidates), calibrating="the null submission",
+                                single=True)
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
@@ -456,27 +470,33 @@ class Grader:
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
-             probe: bool = False, calibration: Calibration | None = None
-             ) -> tuple[Merged, list[str]]:
+             probe: bool = False, calibration: Calibration | None = None,
+             single: bool = False) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
         _Failed before outcomes. With `once`, tests whose second run tells nothing run once
         (once.py; given the task's `calibration`, a grade, also those with an invalid or held
-        canary)."""
+        canary). `single`: one run instead, every test real (no canary), the sentinels in it."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
         if not paths and not doctests:
             raise _Failed(reason="the task has no Python test files", infra_error=True)
         # Doctest sources are never laid over the workspace: they go to the harness apart.
+        if single:
+            canaries = CanarySet({}, canaries.tests)
         variants, placed = build_runs(hidden_files(task, doctests), canaries, sentinels,
                                       SENTINELS if count is None else count)
+        if single:  # run 0 alone; run 1 mirrors it for the code that reads two
+            variants = Variants((variants.files[0], variants.files[0]),
+                                dict.fromkeys(variants.real_in, 0))
+            placed = (placed[0], placed[0])
         runs = None
         if held:
             runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
             variants = Variants(runs.files, variants.real_in)
         ids = dict(runs.ids) if runs is not None else {}
-        if self.once:
+        if self.once and not single:
             variants = dataclasses.replace(variants, skip=run_once(
                 canaries, variants.real_in, sentinels,
                 calibration.reference_ids if calibration else (),
@@ -488,11 +508,11 @@ class Grader:
         try:
             dropped = self._copy(sandbox, keep, what)
             raw = self._harness(task, sandbox, paths, variants, what, doctests, placed,
-                                {v: k for k, v in ids.items()})
+                                {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS)
         finally:
             self.sandboxes.release(sandbox)
         try:
-            data = parse_verdict(raw)
+            data = parse_verdict(raw, SINGLE if single else VARIANTS)
         except VerdictError as exc:
             raise _Failed(reason=f"{what}{exc}", infra_error=True,
                           output=raw[-self.output_chars:].decode("utf-8", "replace")) from None
@@ -526,10 +546,11 @@ class Grader:
 
     def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
                  what: str, doctests: Mapping[str, str] | None = None,
-                 placed: Placed = ((), ()), renamed: Mapping[str, str] | None = None
-                 ) -> bytes:
-        """The harness's raw verdict; `renamed`: {pytest's own node id: the id a run names
-        it by} (cases held per parametrize argument: the sandbox never sees their ids)."""
+                 placed: Placed = ((), ()), renamed: Mapping[str, str] | None = None,
+                 count: int = VARIANTS) -> bytes:
+        """The harness's raw verdict from the first `count` variants; `renamed`: {pytest's own
+        node id: the id a run names it by} (cases held per parametrize argument: the sandbox
+        never sees their ids)."""
         doctests = dict(doctests or {})
         select = _selected(task, placed)
         if select is not None and renamed:
@@ -537,12 +558,12 @@ class Grader:
         request = launch.harness_request(
             workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
             ini=task.pytest_ini, args=in_pytest_order(task, [*paths, *doctests]),
-            variants=list(variants.files),
+            variants=list(variants.files)[:count],
             select=select,  # only these run; the others are deselected
             doctests=doctests,  # their examples come from the pristine text, the code is live
-            skip=variants.skip,  # tests that run in one variant only (once.py)
+            skip=variants.skip[:count],  # tests that run in one variant only (once.py)
         )
-        limit = VARIANTS * task.timeout + HARNESS_MARGIN
+        limit = count * task.timeout + HARNESS_MARGIN
         try:
             return launch.run_harness(sandbox, request, limit)
         except SandboxTimeout:

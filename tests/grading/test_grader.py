@@ -156,15 +156,44 @@ def test_reference_solution_passes(grader, toy_task):
     report = grader.grade(toy_task, {"calc.py": toy_task.solution["calc.py"].encode()})
     assert isinstance(report, GradeReport)
     assert (report.passed, report.total, report.score, report.all_passed) == (3, 3, 1.0, True)
-    # the canaries fail on the host: each held site is an emission in the sandbox (held.py),
-    # so both pytest runs exit 0 (with `hold=False` the canaries' run exits 1)
+    # each held site is an emission in the sandbox (held.py), so the run exits 0
     assert report.reason == "" and report.exit_code == 0 and not report.timed_out
     assert (report.earning, report.earned, report.canaried, report.calibrated) == (3, 3, 3, True)
-    # every canary runs (a Grader runs each test in both variants unless `once=True`)
-    assert {t.canary for t in report.tests} == {"failed"} and report.forgery == ()
+    # every earning test is held: ONE run, every test real, so no canary outcome shows
+    assert {t.canary for t in report.tests} == {""} and report.forgery == ()
     assert report.summary() == "Hidden tests: 3 of 3 passed."
     data = report.to_dict()
     assert data["score"] == 1.0 and data["total"] == 3 and isinstance(data["tests"], list)
+
+
+def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, toy_task,
+                                                                  monkeypatch):
+    """Plain pytest's cost: with every earning test held, a grade runs the hidden tests once
+    (and so do the starter's and null submission's calibration runs, which have no canaries);
+    the reference's calibration run, every run of `hold=False` and every grade of
+    `single_run=False` keep the two variants."""
+    from opd_gym.grading import launch
+
+    runs: list[int] = []
+    real = launch.run_harness
+
+    def counted(sandbox, request, timeout):  # a spy: the real harness runs
+        runs.append(len(request["variants"]))
+        return real(sandbox, request, timeout)
+
+    monkeypatch.setattr(launch, "run_harness", counted)
+    right = {"calc.py": toy_task.solution["calc.py"].encode()}
+    held = Grader(local_pool)
+    assert held.grade(toy_task, right).score == 1.0
+    assert runs == [1, 1, 2, 1]  # starter, null submission, reference; then the grade
+    wrong = held.grade(toy_task, {"calc.py": b"def add(a, b):\n    return a + b + 1\n"})
+    assert wrong.score == 0.0 and runs[-1] == 1
+    assert held.calibration(toy_task).held_only
+    for twice in (Grader(local_pool, hold=False), Grader(local_pool, single_run=False)):
+        report = twice.grade(toy_task, right)
+        assert report.score == 1.0 and {t.canary for t in report.tests} == {"failed"}
+        assert runs[-1] == 2
+    assert not Grader(local_pool, hold=False).calibration(toy_task).held_only
 
 
 def test_partial_solution_gives_a_fraction(grader, toy_task):
