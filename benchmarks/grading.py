@@ -12,12 +12,12 @@ PYTHONPATH as the harness puts it on sys.path). Then a synthetic task whose one 
 each graded on its gold fix with every passing test as PASS_TO_PASS, against plain pytest on
 the project's FULL suite (no ids: the project's own config, as a user runs it).
 
-Beside each grade, the column "2 runs" grades the same files with `Grader(single_run=False)`:
-both variants even where every earning test is held (what every grade cost before one-run
-grading; on a task whose earning tests are not held the two columns do the same). Rounds are
-interleaved
-task by task so that machine noise hits all sides alike; each task is calibrated once first
-(a Grader does that once per task; its cost is shown apart).
+The column "runs" says how many runs a grade of the task takes (1: every earning test is
+held). Beside each grade, the column "2 runs" grades the same files with
+`Grader(single_run=False)`: both variants even where every earning test is held (what every
+grade cost before one-run grading; where earning tests are not held the two columns do the
+same). Rounds are interleaved task by task so that machine noise hits all sides alike; each
+task is calibrated once first (a Grader does that once per task; its cost is shown apart).
 
     python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args] [--repo 1]
 """
@@ -127,19 +127,21 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             if code not in ((0, 1) if task.repo is not None else (0,)):
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
-    return {"grade": statistics.median(grades), "twice": statistics.median(twice),
+    runs = 1 if grader.single_run and grader.calibration(task).held_only else 2
+    return {"runs": runs, "grade": statistics.median(grades), "twice": statistics.median(twice),
             "plain": statistics.median(plains), "calibrate": calibrate}
 
 
 def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
     """Print one row per task; the rows."""
-    print(f"\n{title}\n{'task':<28} {'grade s':>8} {'2 runs s':>8} {'plain s':>8} "
+    print(f"\n{title}\n{'task':<28} {'runs':>4} {'grade s':>8} {'2 runs s':>8} {'plain s':>8} "
           f"{'ratio':>6} {'2 runs':>6} {'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
-        print(f"{task.id:<28} {row['grade']:>8.3f} {row['twice']:>8.3f} {row['plain']:>8.3f} "
+        print(f"{task.id:<28} {row['runs']:>4} {row['grade']:>8.3f} {row['twice']:>8.3f} "
+              f"{row['plain']:>8.3f} "
               f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
               f"{row['calibrate']:>12.2f}", flush=True)
     return rows
@@ -149,8 +151,10 @@ def summary(name: str, rows: list[dict[str, float]], rounds: int) -> str:
     ratios = [r["grade"] / r["plain"] for r in rows]
     twice = [r["twice"] / r["plain"] for r in rows]
     total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
+    once = sum(r["runs"] == 1 for r in rows)
     return (f"{name}: median ratio {statistics.median(ratios):.2f}x (2 runs: "
-            f"{statistics.median(twice):.2f}x), max {max(ratios):.2f}x, summed grade / summed "
+            f"{statistics.median(twice):.2f}x), max {max(ratios):.2f}x, graded in one run "
+            f"{once} of {len(rows)}, summed grade / summed "
             f"plain {total:.2f}x, {len(rows)} tasks x {rounds} rounds")
 
 
