@@ -61,6 +61,7 @@ def pytest_collection_modifyitems(config, items):
                                     "ONE_WORKER in tests/conftest.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent under -p no:xdist
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile` (the test command's), with every ONE_WORKER file in one unit: a
     module's tests share a worker, so its module fixtures are built once."""
