@@ -2,8 +2,8 @@
 30, point 2).
 
 For every built-in task (envs/coding/tasks/*) with its reference solution: `Grader.grade`
-(copy into a fresh pooled sandbox, the hidden tests run once where every earning test is held,
-else both canary variants, verdict checks) against plain
+(copy into a fresh pooled sandbox, the hidden tests run once where no test's second run would
+be judged, else both canary variants, verdict checks) against plain
 `python3 -m pytest` on the same files in a container of the same image (the whole process,
 started with `docker exec`; the files are put there beforehand, as the pool's containers are
 started beforehand; `opd_grading`, the helper module some hidden tests import, is put on
@@ -12,10 +12,10 @@ PYTHONPATH as the harness puts it on sys.path). Then a synthetic task whose one 
 each graded on its gold fix with every passing test as PASS_TO_PASS, against plain pytest on
 the project's FULL suite (no ids: the project's own config, as a user runs it).
 
-The column "runs" says how many runs a grade of the task takes (1: every earning test is
-held). Beside each grade, the column "2 runs" grades the same files with
-`Grader(single_run=False)`: both variants even where every earning test is held (what every
-grade cost before one-run grading; where earning tests are not held the two columns do the
+The column "runs" says how many runs a grade of the task takes (1: no test's second run is
+judged, every canary being held, invalid or absent). Beside each grade, the column "2 runs"
+grades the same files with `Grader(single_run=False)`: both variants always (what every grade
+cost before one-run grading; where the grade takes 2 runs anyway the two columns do the
 same). Rounds are interleaved task by task so that machine noise hits all sides alike; each
 task is calibrated once first (a Grader does that once per task; its cost is shown apart).
 
@@ -84,12 +84,31 @@ def plain_files(task: Task) -> dict[str, bytes]:
 @contextlib.contextmanager
 def two_runs(grader: Grader):
     """`Grader(single_run=False)` for the "2 runs" column (the same calibration): both
-    variants, even where every earning test is held."""
+    variants always."""
     grader.single_run = False
     try:
         yield
     finally:
         grader.single_run = True
+
+
+def _one_run(grader: Grader, task: Task, files: dict[str, bytes]) -> bool:
+    """Whether a grade of `task` is one harness run (the variants of its harness request)."""
+    from opd_gym.grading import launch
+
+    counts: list[int] = []
+    real = launch.run_harness
+
+    def counted(sandbox, request, timeout):
+        counts.append(len(request["variants"]))
+        return real(sandbox, request, timeout)
+
+    launch.run_harness = counted
+    try:
+        grader.grade(task, files)
+    finally:
+        launch.run_harness = real
+    return counts == [1]
 
 
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
@@ -127,7 +146,7 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             if code not in ((0, 1) if task.repo is not None else (0,)):
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
-    runs = 1 if grader.single_run and grader.calibration(task).held_only else 2
+    runs = 1 if grader.single_run and _one_run(grader, task, solved) else 2
     return {"runs": runs, "grade": statistics.median(grades), "twice": statistics.median(twice),
             "plain": statistics.median(plains), "calibrate": calibrate}
 

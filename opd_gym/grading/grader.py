@@ -21,11 +21,12 @@ failure; the machinery's own failures are flagged infra errors.
 
 By default (`hold=True`; `hold=False` opts out) the literal of each calibrated equality site
 stays on the host (held.py): the run emits the solution's value there and the host compares;
-where a task holds a test that earns, only held tests earn. Such a task is graded in ONE run
-(plain pytest's cost), all tests real: a held test's canary would only be the host comparing
-the same emitted value with another literal, and the tests that are not held gate, where a
-forged pass wins nothing. So are the starter's and the null submission's calibration runs,
-which have no canaries. Only tasks whose earning tests are not held keep the two variants.
+where a task holds a test that earns, only held tests earn. A grade whose second run would
+judge nothing, every test's canary being held (the host comparing the same emitted value with
+another literal), invalid or absent, is ONE run (plain pytest's cost), all tests real; so are
+the starter's and the null submission's calibration runs, which have no canaries. A test with
+a valid canary that is not held keeps the two variants: a gate among them is what catches a
+regression whose failure a submission forges into a pass.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ from opd_gym.tasks.model import Task
 GRADE_DIR = launch.GENERIC_DIR
 HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (start-up, pytest)
 VARIANTS = 2  # the harness runs them one after the other, each with the task's timeout
-SINGLE = 1  # runs of a grade whose earning tests are all held, or of a calibration without canaries
+SINGLE = 1  # runs of a grade whose second run would judge nothing, or of a calibration without
+# canaries
 HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
@@ -248,9 +250,10 @@ class Grader:
         ones (a test setting a class attribute the next ones read) then fails tests plain
         pytest passes, so it is for suites known to be order-independent.
 
-        `single_run` (the default): a task whose earning tests are all held is graded in one
-        run, every test real (plain pytest's cost); `single_run=False` keeps both variants
-        there too, so that a forgery on such a task is also named (`GradeReport.forgery`)."""
+        `single_run` (the default): a grade whose second run would judge nothing (every
+        test's canary held, invalid or absent) is one run, every test real (plain pytest's
+        cost); `single_run=False` keeps both variants there too, so that a forgery there is
+        also named (`GradeReport.forgery`)."""
         self.sandboxes = sandboxes
         self.output_chars = output_chars
         self.hold = hold
@@ -274,9 +277,7 @@ class Grader:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries,
                                              sentinels=calibration.sentinels,
-                                             held=calibration.held, calibration=calibration,
-                                             single=self.single_run
-                                             and calibration.held_only)
+                                             held=calibration.held, calibration=calibration)
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -496,6 +497,13 @@ class Grader:
             runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
             variants = Variants(runs.files, variants.real_in)
         ids = dict(runs.ids) if runs is not None else {}
+        if calibration is not None and self.single_run and not single:
+            # one run where the second judges nothing (once.py's rule, for every test)
+            once = run_once(canaries, variants.real_in, (), calibration.reference_ids,
+                            calibration.invalid, runs)
+            if set(variants.real_in) <= once[0] | once[1]:
+                return self._run(task, keep, canaries, calibrating, sentinels, count, held,
+                                 probe, calibration, single=True)
         if self.once and not single:
             variants = dataclasses.replace(variants, skip=run_once(
                 canaries, variants.real_in, sentinels,

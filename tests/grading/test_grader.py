@@ -196,6 +196,62 @@ def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, to
     assert not Grader(local_pool, hold=False).calibration(toy_task).held_only
 
 
+FORGED_GATE = """\
+import _pytest.python as _p
+
+_real = _p.Function.runtest
+
+
+def _runtest(self):  # the broken gate itself (not a clone of it) "passes" without running
+    if self.name != "test_mul" or not isinstance(self.parent, _p.Module):
+        _real(self)
+
+
+_p.Function.runtest = _runtest
+
+
+def add(a, b):
+    return a + b
+
+
+def mul(a, b):
+    return 0
+"""
+
+
+def test_a_gate_whose_canary_is_not_held_keeps_two_runs_and_a_forged_regression_pays_nothing(
+        local_pool, make_task, monkeypatch):
+    """The earning test is held, but a gate (an assertion the host cannot hold) has a valid
+    canary: its second run is judged, so the grade keeps two runs. A fix that breaks that gate
+    and forges its pass (a no-op `runtest` for it alone) is caught by that canary on every
+    grade; in one run only a sentinel drawn on that very gate (2 per grade, from up to 8
+    sites) could catch it, which on a real suite's hundreds of gates it mostly is not."""
+    from opd_gym.grading import launch
+
+    runs: list[int] = []
+    real = launch.run_harness
+
+    def counted(sandbox, request, timeout):  # a spy: the real harness runs
+        runs.append(len(request["variants"]))
+        return real(sandbox, request, timeout)
+
+    monkeypatch.setattr(launch, "run_harness", counted)
+    mul = "def mul(a, b):\n    return a * b\n"
+    task = make_task(
+        "toy_gate", files={"calc.py": "def add(a, b):\n    raise NotImplementedError\n\n\n" + mul},
+        tests={"test_calc.py": "from calc import add, mul\n\n\ndef test_add():\n"
+                               "    assert add(1, 2) == 3\n\n\ndef test_mul():\n"
+                               "    assert mul(2, 3) > 5\n"},
+        solution={"calc.py": "def add(a, b):\n    return a + b\n\n\n" + mul})
+    grader = Grader(local_pool)
+    right = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert right.score == 1.0 and right.earning == 1, right
+    assert grader.calibration(task).held_only and runs[-1] == 2
+    forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
+    assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
+    assert runs[-1] == 2
+
+
 def test_partial_solution_gives_a_fraction(grader, toy_task):
     code = "def add(a, b):\n    return a + b if a >= 0 else 0\n"
     report = grader.grade(toy_task, {"calc.py": code.encode()})
