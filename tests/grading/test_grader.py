@@ -166,33 +166,39 @@ def test_reference_solution_passes(grader, toy_task):
     assert data["score"] == 1.0 and data["total"] == 3 and isinstance(data["tests"], list)
 
 
-def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, toy_task,
-                                                                  monkeypatch):
-    """Plain pytest's cost: with every earning test held, a grade runs the hidden tests once
-    (and so do the starter's and null submission's calibration runs, which have no canaries);
-    the reference's calibration run, every run of `hold=False` and every grade of
-    `single_run=False` keep the two variants."""
+@pytest.fixture
+def harness_runs(monkeypatch) -> list[int]:
+    """The variant count of every harness request, in order (a spy: the real harness runs)."""
     from opd_gym.grading import launch
 
     runs: list[int] = []
     real = launch.run_harness
 
-    def counted(sandbox, request, timeout):  # a spy: the real harness runs
+    def counted(sandbox, request, timeout):
         runs.append(len(request["variants"]))
         return real(sandbox, request, timeout)
 
     monkeypatch.setattr(launch, "run_harness", counted)
+    return runs
+
+
+def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, toy_task,
+                                                                  harness_runs):
+    """Plain pytest's cost: with every earning test held, a grade runs the hidden tests once
+    (and so do the starter's and null submission's calibration runs, which have no canaries);
+    the reference's calibration run, every run of `hold=False` and every grade of
+    `single_run=False` keep the two variants."""
     right = {"calc.py": toy_task.solution["calc.py"].encode()}
     held = Grader(local_pool)
     assert held.grade(toy_task, right).score == 1.0
-    assert runs == [1, 1, 2, 1]  # starter, null submission, reference; then the grade
+    assert harness_runs == [1, 1, 2, 1]  # starter, null submission, reference; then the grade
     wrong = held.grade(toy_task, {"calc.py": b"def add(a, b):\n    return a + b + 1\n"})
-    assert wrong.score == 0.0 and runs[-1] == 1
+    assert wrong.score == 0.0 and harness_runs[-1] == 1
     assert held.calibration(toy_task).held_only
     for twice in (Grader(local_pool, hold=False), Grader(local_pool, single_run=False)):
         report = twice.grade(toy_task, right)
         assert report.score == 1.0 and {t.canary for t in report.tests} == {"failed"}
-        assert runs[-1] == 2
+        assert harness_runs[-1] == 2
     assert not Grader(local_pool, hold=False).calibration(toy_task).held_only
 
 
@@ -220,22 +226,12 @@ def mul(a, b):
 
 
 def test_a_gate_whose_canary_is_not_held_keeps_two_runs_and_a_forged_regression_pays_nothing(
-        local_pool, make_task, monkeypatch):
+        local_pool, make_task, harness_runs):
     """The earning test is held, but a gate (an assertion the host cannot hold) has a valid
     canary: its second run is judged, so the grade keeps two runs. A fix that breaks that gate
     and forges its pass (a no-op `runtest` for it alone) is caught by that canary on every
     grade; in one run only a sentinel drawn on that very gate (2 per grade, from up to 8
     sites) could catch it, which on a real suite's hundreds of gates it mostly is not."""
-    from opd_gym.grading import launch
-
-    runs: list[int] = []
-    real = launch.run_harness
-
-    def counted(sandbox, request, timeout):  # a spy: the real harness runs
-        runs.append(len(request["variants"]))
-        return real(sandbox, request, timeout)
-
-    monkeypatch.setattr(launch, "run_harness", counted)
     mul = "def mul(a, b):\n    return a * b\n"
     task = make_task(
         "toy_gate", files={"calc.py": "def add(a, b):\n    raise NotImplementedError\n\n\n" + mul},
@@ -246,10 +242,10 @@ def test_a_gate_whose_canary_is_not_held_keeps_two_runs_and_a_forged_regression_
     grader = Grader(local_pool)
     right = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
     assert right.score == 1.0 and right.earning == 1, right
-    assert grader.calibration(task).held_only and runs[-1] == 2
+    assert grader.calibration(task).held_only and harness_runs[-1] == 2
     forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
     assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
-    assert runs[-1] == 2
+    assert harness_runs[-1] == 2
 
 
 def test_partial_solution_gives_a_fraction(grader, toy_task):
