@@ -215,10 +215,26 @@ class RayRollout:
             raise
 
     def worker_info(self) -> list[dict[str, Any]]:
-        """Each live worker's pid, host, Ray node id and episodes played."""
-        import ray
+        """Each live worker's pid, host, Ray node id and episodes played.
 
-        return ray.get([w.handle.info.remote() for w in self.workers if w.state != "dead"])
+        A worker Ray is still restarting is waited for (up to RESTART_TIMEOUT_S), since
+        a run may end while a killed worker comes back.
+        """
+        import ray
+        from ray.exceptions import ActorUnavailableError
+
+        infos = []
+        for worker in (w for w in self.workers if w.state != "dead"):
+            deadline = time.monotonic() + RESTART_TIMEOUT_S
+            while True:
+                try:
+                    infos.append(ray.get(worker.handle.info.remote()))
+                    break
+                except ActorUnavailableError:  # restarting: ask again shortly
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(RETRY_PING_S)
+        return infos
 
     def close(self) -> None:
         """Close the workers (their sandboxes go), the teacher service, and a cluster we started."""

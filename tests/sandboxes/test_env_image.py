@@ -146,14 +146,27 @@ def test_a_plain_pip_install_step_works_in_the_externally_managed_image(cache, e
 
 
 @pytest.mark.docker
-def test_a_failing_step_names_itself_and_leaves_nothing(cache, engine):
+def test_a_failing_step_names_itself_and_leaves_nothing(cache, engine, monkeypatch):
+    from docker.models.containers import ContainerCollection
+
+    # A spy on the real create (other test workers build images at the same time, so
+    # "no new container on the engine" would not be about this build).
+    made: list[str] = []
+    real_create = ContainerCollection.create
+
+    def create(self, *args, **kwargs):
+        container = real_create(self, *args, **kwargs)
+        made.append(container.id)
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "create", create)
     spec = EnvironmentSpec(setup=("echo fine", f"echo boom-{uuid.uuid4().hex[:6]} >&2; exit 3"))
-    before = {c.id for c in engine.client.containers.list(all=True)}
     with pytest.raises(ConfigError, match=r"setup step 2 of 2 failed \(exit 3\)") as caught:
         cache.ensure(spec)
     assert "boom-" in str(caught.value)
     assert not cache.images() or all(i["tag"] not in str(caught.value) for i in cache.images())
-    assert {c.id for c in engine.client.containers.list(all=True)} <= before
+    assert len(made) == 1  # the build's one container, and it is gone
+    assert made[0] not in {c.id for c in engine.client.containers.list(all=True)}
     base_id = engine.client.images.get(DEFAULT_IMAGE).id
     from docker.errors import ImageNotFound
 
