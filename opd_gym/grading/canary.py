@@ -23,6 +23,7 @@ import builtins
 import contextvars
 import dataclasses
 import hashlib
+import itertools
 import math
 import random
 import string
@@ -1243,36 +1244,74 @@ class _Source:
 
 
 class _Statements:
-    """A module's top-level statements as byte spans, to check that an edit leaves valid
-    Python by parsing only the statements it touches: a whole-module parse per candidate is
-    quadratic (minutes on more-itertools' 6,000-line test module)."""
+    """A module's statements as byte spans, to check that an edit leaves valid Python by
+    parsing only the statement it touches: a whole-module parse per candidate is quadratic
+    (minutes on more-itertools' 6,000-line test module). A class is split into its own
+    statements (a generated unittest class may hold thousands of tests in one statement);
+    an indented one parses as the block of an `if 1:`."""
 
     def __init__(self, tree: ast.Module, source: _Source) -> None:
         self.source = source
-        self.spans: list[tuple[int, int]] = []
-        for stmt in tree.body:
+        self.spans: list[tuple[int, int, bool]] = []  # (start, end, indented)
+        self._add(tree.body, indented=False)
+        self.firsts = [start for start, _, _ in self.spans]
+
+    def _add(self, body: list[ast.stmt], indented: bool) -> None:
+        starts = self.source.starts
+        for stmt in body:
             first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
             end = stmt.end_lineno or stmt.lineno
-            self.spans.append((source.starts[first - 1], source.starts[end]
-                               if end < len(source.starts) else len(source.data)))
-        self.firsts = [start for start, _ in self.spans]
+            if isinstance(stmt, ast.ClassDef) and self._own_lines(stmt):
+                self._add(stmt.body, indented=True)
+                continue
+            self.spans.append((starts[first - 1],
+                               starts[end] if end < len(starts) else len(self.source.data),
+                               indented))
+
+    def _own_lines(self, cls: ast.ClassDef) -> bool:
+        """Whether each statement of the class body has lines of its own (after the header,
+        only indentation before it, nothing after it), so that it parses alone."""
+        previous = max([cls.lineno, *(b.end_lineno or 0 for b in [*cls.bases, *cls.keywords])])
+        for stmt in cls.body:
+            first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+            line_start = self.source.starts[first - 1]
+            lead = self.source.data[line_start:line_start + stmt.col_offset]
+            if first <= previous or lead.strip(b" \t") or stmt.col_offset == 0:
+                return False
+            previous = stmt.end_lineno or stmt.lineno
+        last = cls.body[-1]
+        end_line = last.end_lineno or last.lineno
+        if end_line < len(self.source.starts):
+            tail = self.source.data[self.source.starts[end_line - 1] + (last.end_col_offset or 0):
+                                    self.source.starts[end_line]]
+            if tail.split(b"#", 1)[0].strip():
+                return False
+        return True
 
     def parses(self, edits: Iterable[tuple[int, int, str]]) -> bool:
         """Whether the module with `edits` applied still parses."""
+        edits = list(edits)
+        data = self.source.data
         touched: dict[int, list[tuple[int, int, str]]] = {}
         for start, end, text in edits:
             index = bisect.bisect_right(self.firsts, start) - 1
-            if index < 0 or end > self.spans[index][1]:  # outside every statement: check all
-                return self._parses(self.source.data, list(edits))
-            first = self.spans[index][0]
+            first = self.spans[index][0] if index >= 0 else 0
+            code = first + len(data[first:start]) - len(data[first:start].lstrip(b" \t"))
+            if (index < 0 or end >= self.spans[index][1] or start <= code or "\n" in text
+                    or b"\n" in data[start:end] or "\\" in text):
+                # outside every statement, or it may change lines or indentation: check all
+                return self._parses(data, edits)
             touched.setdefault(index, []).append((start - first, end - first, text))
-        return all(self._parses(self.source.data[slice(*self.spans[i])], local)
-                   for i, local in touched.items())
+        if all(self._parses(data[self.spans[i][0]:self.spans[i][1]], local, self.spans[i][2])
+               for i, local in touched.items()):
+            return True
+        return self._parses(data, edits)  # rare (a candidate that breaks): make sure
 
     @staticmethod
-    def _parses(data: bytes, edits: list[tuple[int, int, str]]) -> bool:
+    def _parses(data: bytes, edits: list[tuple[int, int, str]], indented: bool = False) -> bool:
+        text = _apply(data, edits)
         try:
-            parse(_apply(data, edits))
+            parse("if 1:\n" + text if indented else text)
         except (SyntaxError, ValueError):
             return False
         return True
@@ -1566,10 +1605,20 @@ _ATOMS = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant, ast.Li
 
 
 def _apply(data: bytes, edits: Iterable[tuple[int, int, str]]) -> str:
-    out = data
-    for start, end, text in sorted(edits, reverse=True):
-        out = out[:start] + text.encode("utf-8") + out[end:]
-    return out.decode("utf-8")
+    """`data` with each (start, end, text) edit applied; one pass, since a held rewrite may
+    make thousands of edits in one module (a copy per edit would be quadratic)."""
+    ordered = sorted(edits)
+    if any(a[1] > b[0] for a, b in itertools.pairwise(ordered)):  # overlapping: in turn
+        out = data
+        for start, end, text in reversed(ordered):
+            out = out[:start] + text.encode("utf-8") + out[end:]
+        return out.decode("utf-8")
+    pieces, position = [], 0
+    for start, end, text in ordered:
+        pieces += [data[position:start], text.encode("utf-8")]
+        position = end
+    pieces.append(data[position:])
+    return b"".join(pieces).decode("utf-8")
 
 
 def _referenced_names(sources: Mapping[str, str]) -> set[str]:
@@ -1668,7 +1717,7 @@ def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
                 excluded.add(edit.site)
             if edit is None:
                 continue
-            line = source.data[:edit.start].count(b"\n") + 1
+            line = bisect.bisect_right(source.starts, edit.start)  # 1-based
             why = _answer_safety(function, origins, sites)
             canaries[test_id] = Canary(test_id, path, edit.kind, line, edit.start, edit.end,
                                        source.text(edit.start, edit.end), edit.replacement,

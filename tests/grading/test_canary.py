@@ -653,3 +653,49 @@ def test_real_waits_resolved_through_imports_get_no_canary():
     canaries = make_canaries({"test_waits.py": REAL_WAITS}, ["test_waits.py"], 3)
     assert set(canaries.canaries) == {"test_waits.py::test_no_wait"}
     assert len(canaries.tests) == 8
+
+
+def _generated_unittest_module(count: int) -> str:
+    """A module shaped like idna's generated uts46 suite: one TestCase, `count` methods."""
+    methods = "".join(
+        f"    def test_case_{i}(self):\n"
+        f"        self.assertEqual(add({i}, 1), {i + 1})\n"
+        f"        self.assertRaises(ValueError, add, 'x{i}', None)\n\n"
+        for i in range(count))
+    header = "import unittest\n\nfrom calc import add\n\n\nclass Generated(unittest.TestCase):\n\n"
+    return header + methods
+
+
+def test_a_generated_class_of_thousands_of_tests_gets_a_canary_per_test():
+    """Each candidate is checked by parsing the one method it edits, not the whole class."""
+    source = _generated_unittest_module(2000)
+    canaries = make_canaries({"test_gen.py": source}, ["test_gen.py"], 5)
+    assert len(canaries.canaries) == 2000
+    for canary in list(canaries.canaries.values())[:50]:  # each one still a valid module
+        text = source.encode()
+        new = text[:canary.start] + canary.replacement.encode() + text[canary.end:]
+        ast.parse(new.decode())
+
+
+def test_the_statement_parse_check_agrees_with_a_whole_module_parse():
+    """Edits that change a line's indentation, add a line or land between statements are
+    judged on the whole module; every verdict equals a full parse."""
+    from opd_gym.grading.canary import _apply, _Source, _Statements
+
+    source = (_generated_unittest_module(4) + "x = [1,\n     2]; y = 3\n\n\n"
+              "class Oneline: a = 1\n\n\nclass Sub(Generated):\n    '''doc\nat column 0'''\n"
+              "    def test_more(self):  # trailing\n        assert add(1, 1) == 2\n")
+    src = _Source(source)
+    statements = _Statements(ast.parse(source), src)
+    rng = random.Random(3)
+    snippets = ["  ", "\n", "x", ")", "(", "#", "\\\n", "'a'", ":", "\t", "\n    y = 2\n", ""]
+    for _ in range(3000):
+        start = rng.randrange(len(src.data))
+        end = min(len(src.data), start + rng.choice((0, 1, 2, 4)))
+        edits = [(start, end, rng.choice(snippets))]
+        try:
+            ast.parse(_apply(src.data, edits))
+            whole = True
+        except (SyntaxError, ValueError):
+            whole = False
+        assert statements.parses(edits) == whole, (edits, src.data[start - 30:end + 30])

@@ -222,7 +222,7 @@ def test_by_default_a_test_handing_state_on_runs_in_both_variants(local_pool, ma
         report = grader.grade(task, solved)
         assert report.score == 1.0, (report.reason, report.tests)
         assert {t.outcome for t in report.tests} == {"passed"}, report.tests
-    once = Grader(local_pool, once=True)
+    once = Grader(local_pool, once=True, single_run=False)  # a split, not one whole run
     outcomes = set()
     for _ in range(8):  # all passing: (1/4) ** 8
         report = once.grade(task, solved)
