@@ -458,6 +458,23 @@ def interrupt_fails():
     return InterruptFails()
 
 
+def no_failure_summary():
+    """pytest plugin: the terminal skips its end-of-run section of failure tracebacks (the
+    short summary's one line per failure stays). Outcomes and messages come from `Reporter`;
+    a canary variant fails thousands of tests, and that section scans every report once per
+    failure (half a variant's time on idna's 6,000-test suite)."""
+    import pytest
+
+    class NoFailureSummary:
+        @pytest.hookimpl(trylast=True)
+        def pytest_configure(self, config):
+            terminal = config.pluginmanager.get_plugin("terminalreporter")
+            if terminal is not None and hasattr(terminal, "summary_failures"):
+                terminal.summary_failures = lambda: None
+
+    return NoFailureSummary()
+
+
 def failures_restore_state():
     """pytest plugin: when a test raises, the process state a context manager typically
     restores after its `yield` (os.name, sys.platform, the working directory, os.environ,
@@ -705,7 +722,7 @@ def run_variant(command, out_fd, result_fd):
         import pytest
 
         reporter = Reporter(RESULT_FD, command.get("select"), command.get("skip") or ())
-        plugins = [reporter, interrupt_fails(), failures_restore_state()]
+        plugins = [reporter, interrupt_fails(), failures_restore_state(), no_failure_summary()]
         if command.get("doctests"):
             plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
         code = int(pytest.main(list(command["pytest_args"]), plugins=plugins))
@@ -1357,9 +1374,8 @@ class Supervisor:
 
 
 def prewarm():
-    """Load once what every variant's pytest.main would load again: pytest's own plugins, the
-    installed distributions' metadata, and pluggy's hook signatures (pure functions of the
-    hook function, cached). The variants fork from here and start with all of it."""
+    """Load once what every variant's pytest.main would load again: pytest's own plugins and
+    the installed distributions' metadata. The variants fork from here and start with both."""
     import importlib
 
     import pytest  # noqa: F401
@@ -1380,25 +1396,8 @@ def prewarm():
             dist.entry_points  # noqa: B018
     except Exception:
         pass
-    try:
-        import types
-
-        import pluggy._hooks as hooks
-
-        original = hooks.varnames
-        known = {}
-
-        def varnames(func):
-            if type(func) is not types.FunctionType:
-                return original(func)
-            if func not in known:
-                known[func] = original(func)
-            return known[func]
-
-        if callable(original):
-            hooks.varnames = varnames
-    except Exception:
-        pass
+    # pluggy's own functions are left alone: a suite may test them (pluggy's does), and
+    # pytest calls its signature reader once per hook function anyway.
 
 
 def pytest_args(tree, ini_path, args):

@@ -771,3 +771,22 @@ def test_doctests_come_from_the_pristine_docstrings(tmp_path):
                 want["tests/test_core.py::test_add"] = "failed"
                 want["src/pkg/__init__.py::pkg"] = "failed"
             assert got == want, name
+
+
+def test_the_suites_libraries_are_left_as_they_are(tmp_path):
+    """pluggy's own suite calls `pluggy._hooks.varnames` with keywords: the harness once put a
+    one-argument cache there, and those tests failed under grading only."""
+    tests = ("import pluggy._hooks\n\n\ndef test_varnames_is_pluggys():\n"
+             "    assert pluggy._hooks.varnames.__module__.startswith('pluggy.')\n")
+    [variant] = harness(tmp_path, {}, [{"tests/test_p.py": tests}])
+    assert outcomes(variant) == {"tests/test_p.py::test_varnames_is_pluggys": "passed"}
+
+
+def test_failures_keep_their_message_without_the_terminals_traceback_section(tmp_path):
+    """The terminal's section of failure tracebacks is skipped (a canary variant fails
+    thousands of tests and pytest builds it in quadratic time); the message still comes back."""
+    tests = "".join(f"def test_{i}():\n    assert {i} == -1, 'wrong {i}'\n\n" for i in range(3))
+    [variant] = harness(tmp_path, {}, [{"tests/test_f.py": tests}])
+    assert set(outcomes(variant).values()) == {"failed"}
+    assert all(f"wrong {t['id'][-1]}" in t["message"] for t in variant["tests"])
+    assert "Traceback" not in variant["output"] and "FAILED tests/test_f.py" in variant["output"]
