@@ -189,6 +189,16 @@ LIBRARIES: tuple[Library, ...] = (
         None,
         "conftest fixtures reading data files from the tests folder",
     ),
+    Library(
+        "pluggy",
+        "1.7.0",
+        "d1eaa46ebb595891b860ab086b4d09c8588af65ebd4361b8e8f4bb8920b90ba8",
+        ("testing",),
+        None,
+        "a library pytest itself imports (the suite tests the image's copy, so no test "
+        "earns); src layout, tox.ini's [pytest]; its tests call pluggy's internals, which "
+        "the grading harness must leave alone",
+    ),
 )
 
 # More pure-Python libraries pinned for growing the `repo` suite at scale (issue 30 point 5):
