@@ -92,6 +92,18 @@ def exec_pytest(name: str, args: Sequence[str] = (), root: str = "/workspace",
     return done.returncode, wall, (done.stdout + done.stderr).decode(errors="replace")
 
 
+def _longrepr_text(longrepr: object) -> str:
+    """A report's failure as text: a string as it is; a serialised traceback (a dict, as the
+    report log writes an exception chain) as its crash lines, innermost last."""
+    if not isinstance(longrepr, dict):
+        return "" if longrepr is None else str(longrepr)
+    crashes = [longrepr.get("reprcrash"), *(  # a chain entry: [traceback, crash, description]
+        c[1] for c in longrepr.get("chain") or () if isinstance(c, list | tuple) and len(c) > 1)]
+    lines = [f"{c.get('path')}:{c.get('lineno')}: {c.get('message')}"
+             for c in crashes if isinstance(c, dict) and c.get("message")]
+    return "\n".join(dict.fromkeys(lines)) or str(longrepr)
+
+
 def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
     """pytest's own per-test outcome from its report log, and the failed collections.
 
@@ -106,7 +118,7 @@ def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[
         entry = json.loads(line)
         kind = entry.get("$report_type")
         if kind == "CollectReport" and entry["outcome"] == "failed":
-            text = str(entry.get("longrepr", ""))  # its head, and its tail: the error itself
+            text = _longrepr_text(entry.get("longrepr"))  # its head, and its tail: the error
             collect_errors[entry["nodeid"]] = text if len(text) <= 500 else \
                 f"{text[:150]} ... {text[-350:]}"
         elif kind == "TestReport":

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Protocol
 
-from opd_gym.errors import GradingError
+from opd_gym.errors import GradingError, OPDGymError
 from opd_gym.grading.canary import module_names
 from opd_gym.grading.expected import display_name, python_files
 from opd_gym.grading.expected import is_test_module as test_module
@@ -260,8 +260,15 @@ def suite_task(project: SuiteProject, reference: PlainRun, hidden: Mapping[str, 
             solution[path] = data.decode("utf-8")
         except UnicodeDecodeError:
             assets[path] = data  # in every calibration run too, as in the grade's workspace
+    tests = dict(hidden)
+    if not tests:  # doctests in package modules only: their pristine texts are the tests
+        for nodeid in reference.outcomes:  # (run against the agent's modules, never laid over)
+            path = nodeid.split("::", 1)[0]
+            if path in solution and path.endswith(".py") \
+                    and not is_test_module(path, project.config):
+                tests[path] = solution[path]
     return Task(id=f"suite-{project.name}", prompt=f"{project.name} against its own tests",
-                files={}, tests=dict(hidden), solution=solution, timeout=timeout,
+                files={}, tests=tests, solution=solution, timeout=timeout,
                 pytest_ini=project.config.ini, test_ids=tuple(sorted(reference.outcomes)),
                 assets=assets)
 
@@ -287,13 +294,21 @@ def check_project(project: SuiteProject, grader: Grades, image: str, *,
             needs = ("it collects no tests: name the suite's files, e.g. "
                      "--pytest-options='-o python_files=tests.py'")
         else:
-            needs = "it needs what the image lacks (install it with --setup)"
+            last = next((line for line in reversed(reference.output.splitlines())
+                         if line.strip() and not line.startswith("=")), "")
+            needs = "it needs what the image lacks (install it with --setup)" + (
+                f"; pytest said: {last.strip()[:300]}" if last else "")
         why = (f"plain pytest cannot run this suite in the image; {needs} (exit "
                f"{reference.exit_code}{': ' + errors if errors else ''})")
         return SuiteCheck(ids=len(reference.outcomes), agree=0, disagreements=(),
                           infra_error=why, grade_s=0.0, earning=0, shapes=(), **base)
     hidden = hidden_files(project, list(reference.outcomes), test_dirs)
-    task = suite_task(project, reference, hidden, timeout)
+    try:
+        task = suite_task(project, reference, hidden, timeout)
+    except OPDGymError as exc:  # this project's row says why; the other sdists still run
+        return SuiteCheck(ids=len(reference.outcomes), agree=0, disagreements=(),
+                          infra_error=f"no task could be made of the suite: {exc}", grade_s=0.0,
+                          earning=0, shapes=(), **base)
     workspace = {p: d for p, d in files.items() if p not in hidden}
     started = time.perf_counter()
     calibrate = getattr(grader, "calibration", None)

@@ -257,3 +257,50 @@ def test_binary_files_that_make_tests_are_in_every_calibration_run(tmp_path, cap
     the grade's workspace, so every id plain pytest reports runs (before: no verdict)."""
     row = agreeing_row(tmp_path, capsys, BINARY_SAMPLES, "codec-1.0")
     assert "3 (100.0%)" in row, row
+
+
+DOCTESTS_ONLY = {  # jaraco.classes' shape: a namespace package, its only tests its doctests
+    "pytest.ini": "[pytest]\naddopts = --doctest-modules\n",
+    "ns/shapes/area.py": ('"""Areas.\n\n>>> square(3)\n9\n"""\n\n\n'
+                          'def square(n):\n    """>>> square(2)\n    4\n    """\n'
+                          "    return n * n\n"),
+    "ns/shapes/__init__.py": "",
+}
+
+
+@pytest.mark.docker
+def test_a_suite_of_package_doctests_alone_gets_a_verdict(tmp_path, capsys):
+    """No test module at all: the doctests of the package modules are the whole suite."""
+    row = agreeing_row(tmp_path, capsys, DOCTESTS_ONLY, "shapes-1.0")
+    assert " 2 " in row and "(100.0%)" in row and "doctest-modules" in row, row
+
+
+BROKEN_HOOK = {  # python-dateutil's shape: a conftest marking items with a plugin's marker
+    "pytest.ini": "[pytest]\nfilterwarnings = error\n",
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "tests/conftest.py": ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+                          "    for item in items:\n"
+                          "        item.add_marker(pytest.mark.no_cover)\n"),
+    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+}
+
+
+@pytest.mark.docker
+def test_a_suite_pytest_stops_on_says_what_pytest_said(tmp_path, capsys):
+    sdist = make_sdist(tmp_path, BROKEN_HOOK, name="hooked-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "no verdict" in out and "Unknown pytest.mark.no_cover" in out, out
+
+
+def test_a_serialised_collection_error_reads_as_its_crash_line():
+    from opd_gym.grading.plain import outcomes_from_reportlog
+
+    chain = {"reprcrash": None, "chain": [[{"reprentries": []}, {
+        "path": "/x/nodes.py", "lineno": 271,
+        "message": "PytestCollectionWarning: cannot collect test class 'TestSuite'"}, None]]}
+    lines = ['{"$report_type": "CollectReport", "nodeid": "tests/test_a.py", '
+             '"outcome": "failed", "longrepr": ' + __import__("json").dumps(chain) + "}"]
+    _, errors = outcomes_from_reportlog(lines)
+    assert errors == {"tests/test_a.py": "/x/nodes.py:271: PytestCollectionWarning: cannot "
+                                         "collect test class 'TestSuite'"}
