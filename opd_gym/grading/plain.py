@@ -161,6 +161,9 @@ def run_plain(image: str, files: Mapping[str, bytes], ini: str | None,
         # iteration order (a parametrize over a set) are then the same in both
         code, wall, output = exec_pytest(name, [f"--report-log={REPORT}", *args],
                                          timeout=timeout, env={"PYTHONHASHSEED": "0"})
-        log = _docker("exec", name, "cat", REPORT).decode().splitlines()
+        try:
+            log = _docker("exec", name, "cat", REPORT).decode().splitlines()
+        except RuntimeError:  # pytest stopped before writing one (a usage error): no outcome
+            log = []
     outcomes, collect_errors = outcomes_from_reportlog(log)
     return PlainRun(outcomes, collect_errors, code, wall, output[-4000:])

@@ -122,8 +122,31 @@ def prepare(name: str, files: Mapping[str, bytes], image: str,
         if options:
             config = with_addopts(config, list(options))
             notes.append(f"addopts + {shlex.join(options)} (given)")
+        files = _with_metadata(files, notes)
         config = _adapted(files, config, image, notes)
     return SuiteProject(name, dict(files), config, tuple(notes))
+
+
+def _with_metadata(files: Mapping[str, bytes], notes: list[str]) -> Mapping[str, bytes]:
+    """The sdist's PKG-INFO as the metadata of an installed distribution beside its code
+    (`src/` or the root): a suite that asks `importlib.metadata` for the project's version or
+    metadata finds it, as after `pip install -e .`. Nothing where the sdist ships its own
+    (an `.egg-info` or `.dist-info` folder there)."""
+    info = files.get("PKG-INFO")
+    if info is None:
+        return files
+    fields = dict(re.findall(r"^(Name|Version): *(.+?) *$", info.decode("utf-8", "replace"),
+                             re.M))
+    if "Name" not in fields or "Version" not in fields:
+        return files
+    root = "src/" if _src_packages(files) else ""
+    if any(re.fullmatch(rf"{re.escape(root)}[^/]+\.(egg|dist)-info/.+", p) for p in files):
+        return files
+    name = re.sub(r"[-_.]+", "_", fields["Name"]).lower()
+    path = f"{root}{name}-{fields['Version']}.dist-info/METADATA"
+    notes.append(f"{path} from PKG-INFO (the suite runs uninstalled; importlib.metadata finds "
+                 "it as after an editable install)")
+    return {**files, path: info}
 
 
 def _options(ini: str) -> dict[str, str]:
@@ -283,7 +306,8 @@ def check_project(project: SuiteProject, grader: Grades, image: str, *,
     if not reference.outcomes or reference.collect_errors:
         errors = "; ".join(f"{k}: {v.splitlines()[-1] if v else ''}"
                            for k, v in list(reference.collect_errors.items())[:3])
-        missing = sorted({m.group(1) for v in reference.collect_errors.values()
+        missing = sorted({m.group(1) for v in [*reference.collect_errors.values(),
+                                               "" if reference.outcomes else reference.output]
                           for m in re.finditer(r"No module named '([^']+)'", v or "")})
         if missing:
             needs = f"missing module(s) {', '.join(missing)}: install them with --setup"

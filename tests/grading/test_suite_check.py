@@ -304,3 +304,29 @@ def test_a_serialised_collection_error_reads_as_its_crash_line():
     _, errors = outcomes_from_reportlog(lines)
     assert errors == {"tests/test_a.py": "/x/nodes.py:271: PytestCollectionWarning: cannot "
                                          "collect test class 'TestSuite'"}
+
+
+METADATA = {  # click's shape: the suite asks importlib.metadata for the uninstalled project
+    "PKG-INFO": "Metadata-Version: 2.1\nName: meta-demo\nVersion: 2.5\n",
+    "src/meta_demo/__init__.py": ("import importlib.metadata\n\n"
+                                  "__version__ = importlib.metadata.version('meta-demo')\n"),
+    "tests/test_version.py": ("import meta_demo\n\n\ndef test_version():\n"
+                              "    assert meta_demo.__version__ == '2.5'\n"),
+}
+
+
+@pytest.mark.docker
+def test_a_suite_reading_the_projects_installed_metadata_agrees(tmp_path, capsys):
+    row = agreeing_row(tmp_path, capsys, METADATA, "meta-demo-2.5")
+    assert " 1 " in row and "(100.0%)" in row, row
+
+
+@pytest.mark.docker
+def test_a_conftest_needing_a_missing_module_names_it(tmp_path, capsys):
+    """pytest stops before its report log (a conftest import error is a usage error)."""
+    files = {"tests/conftest.py": "import not_in_the_image_xyz\n",
+             "tests/test_a.py": "def test_a():\n    assert True\n"}
+    sdist = make_sdist(tmp_path, files, name="needs-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "missing module(s) not_in_the_image_xyz" in out and "Traceback" not in out, out
