@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -1145,5 +1146,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The `opd-gym` command: `main`'s exit code. After an interrupted run whose cancelled
+    episode threads are still alive (a second Ctrl-C abandons them mid-call), the process
+    exits without the interpreter's teardown: its files are written and closed by then, and
+    joining those threads, or a native runtime tearing them down, would hang or abort
+    ("terminate called without an active exception", SIGABRT instead of 130)."""
+    code = main()
+    if code == 130 and any(t.is_alive() for t in threading.enumerate()
+                           if t is not threading.main_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -782,11 +782,15 @@ def test_the_suites_libraries_are_left_as_they_are(tmp_path):
     assert outcomes(variant) == {"tests/test_p.py::test_varnames_is_pluggys": "passed"}
 
 
-def test_failures_keep_their_message_without_the_terminals_traceback_section(tmp_path):
-    """The terminal's section of failure tracebacks is skipped (a canary variant fails
-    thousands of tests and pytest builds it in quadratic time); the message still comes back."""
-    tests = "".join(f"def test_{i}():\n    assert {i} == -1, 'wrong {i}'\n\n" for i in range(3))
+def test_many_failures_keep_their_message_without_the_terminals_traceback_section(tmp_path):
+    """Past 50 failures the terminal's section of failure tracebacks is skipped (a canary
+    variant fails thousands of tests and pytest builds it in quadratic time); each message
+    still comes back. A few failures keep the section (the agent's `opd-grade` shows it)."""
+    tests = "".join(f"def test_{i}():\n    assert {i} == -1, 'wrong {i}'\n\n" for i in range(60))
     [variant] = harness(tmp_path, {}, [{"tests/test_f.py": tests}])
-    assert set(outcomes(variant).values()) == {"failed"}
-    assert all(f"wrong {t['id'][-1]}" in t["message"] for t in variant["tests"])
+    assert len(variant["tests"]) == 60 and set(outcomes(variant).values()) == {"failed"}
+    assert all(f"wrong {t['id'].rpartition('_')[2]}" in t["message"] for t in variant["tests"])
     assert "Traceback" not in variant["output"] and "FAILED tests/test_f.py" in variant["output"]
+    few = "".join(f"def test_{i}():\n    assert {i} == -1, 'wrong {i}'\n\n" for i in range(3))
+    [variant] = harness(tmp_path, {}, [{"tests/test_g.py": few}])
+    assert "Traceback" in variant["output"] and "assert 2 == -1" in variant["output"]
