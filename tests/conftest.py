@@ -2,13 +2,17 @@
 
 `docker_grader` is one Grader over one Docker pool for the whole session: a Grader calibrates
 each task once (per content hash), so every module that grades the built-in suite or the
-dataset fixtures on Docker shares those calibrations instead of repeating them.
+dataset fixtures on Docker shares those calibrations instead of repeating them (and the
+xdist workers of one run share them through a folder).
 
 The local backend runs commands unisolated on this host and warns so; the tests using it run
 only trusted toy code and silence that warning with a `filterwarnings` mark.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
 
 import pytest
 
@@ -78,11 +82,17 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 @pytest.fixture(scope="session")
-def docker_grader():
+def docker_grader(tmp_path_factory):
+    """Under pytest-xdist its calibrations persist in a folder the run's workers share, with
+    a secret drawn from the run's id: each task is calibrated once per run, not per worker."""
     from opd_gym.grading import Grader
 
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    shared = {} if not run else {
+        "secret": hashlib.sha256(f"opd-gym tests {run}".encode()).digest(),
+        "calibrations": tmp_path_factory.getbasetemp().parent / "calibrations"}
     pool = make_pool("docker", size=3, workers=3)
-    yield Grader(pool)
+    yield Grader(pool, **shared)
     pool.close()
 
 

@@ -16,8 +16,10 @@ gets a canary redrawn from its other candidates (at most CANARY_REDRAWS rounds, 
 run each), so whether it earns never hangs on the secret. A canary that hangs the reference's
 run (it fails before the test releases a lock) while the reference passes the real test is
 dropped and the calibration runs again (at most HUNG_CANARY_RETRIES times): that test becomes
-a gate. No test run, a timeout, an incomplete verdict, or a failed calibration all count as
-failure; the machinery's own failures are flagged infra errors.
+a gate. So is a canary (or a sentinel site) whose failure skipped its test's cleanup, failing
+later tests the reference passes in a run without canaries (LEAK_ROUNDS at most). No test
+run, a timeout, an incomplete verdict, or a failed calibration all count as failure; the
+machinery's own failures are flagged infra errors.
 
 By default (`hold=True`; `hold=False` opts out) the literal of each calibrated equality site
 stays on the host (held.py): the run emits the solution's value there and the host compares;
@@ -32,15 +34,17 @@ regression whose failure a submission forges into a pass.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
+import pickle
 import random
 import re
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from opd_gym.errors import CalibrationError, GradingError
@@ -75,6 +79,7 @@ from opd_gym.grading.verdict import (
     Merged,
     VerdictError,
     build_report,
+    leak_culprits,
     merge,
     parse_verdict,
 )
@@ -94,6 +99,7 @@ VARIANTS = 2  # the harness runs them one after the other, each with the task's 
 SINGLE = 1  # runs of a grade whose second run would judge nothing, or of a calibration without
 # canaries
 HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung the reference
+LEAK_ROUNDS = 8  # calibration re-runs after dropping canaries whose failure failed later tests
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
 SENTINEL_CANDIDATES = 8  # sites (tests apart) calibration checks for grades to draw from
@@ -240,7 +246,9 @@ class Grader:
     """
 
     def __init__(self, sandboxes: SandboxSource, *, output_chars: int = 2000,
-                 hold: bool = True, once: bool = False, single_run: bool = True) -> None:
+                 hold: bool = True, once: bool = False, single_run: bool = True,
+                 secret: bytes | None = None, calibrations: str | os.PathLike | None = None
+                 ) -> None:
         """`hold` (the default): host-held expectations (held.py): the literal of each
         calibrated equality site stays on the host, and where a task holds a site only tests
         holding one earn (the others gate). `hold=False` opts out (the canary scheme alone).
@@ -253,13 +261,20 @@ class Grader:
         `single_run` (the default): a grade whose second run would judge nothing (every
         test's canary held, invalid or absent) is one run, every test real (plain pytest's
         cost); `single_run=False` keeps both variants there too, so that a forgery there is
-        also named (`GradeReport.forgery`)."""
+        also named (`GradeReport.forgery`).
+
+        `secret` (default: 32 random bytes) seeds the canaries; keep it from the agents.
+        `calibrations`: a folder where calibrations persist, shared by Graders of the same
+        secret in other processes on this host (xdist or Ray workers, a later run): each task
+        is calibrated once, under a file lock. It holds pickles only Graders write: never a
+        folder a sandbox or another user can write."""
         self.sandboxes = sandboxes
         self.output_chars = output_chars
         self.hold = hold
         self.once = once
         self.single_run = single_run
-        self._secret = os.urandom(32)
+        self._secret = os.urandom(32) if secret is None else bytes(secret)
+        self._store = None if calibrations is None else Path(calibrations)
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.Lock] = {}
         self._calibrations: dict[str, Calibration] = {}
@@ -307,7 +322,7 @@ class Grader:
             if done is not None:
                 return done
             try:
-                done = self._calibrate(task, key)
+                done = self._stored(task, key)
             except _Failed as failed:
                 raise CalibrationError(**failed.fields) from None
             with self._lock:
@@ -315,6 +330,27 @@ class Grader:
             return done
 
     # -- internals ------------------------------------------------------------------------
+    def _stored(self, task: Task, key: str) -> Calibration:
+        """The task's calibration from the store (computed and written there, under an
+        exclusive lock, by the first process asking), or computed here without a store."""
+        if self._store is None:
+            return self._calibrate(task, key)
+        name = hashlib.sha256(b"%s\0%s\0hold=%d" % (self._secret, key.encode(),
+                                                      self.hold)).hexdigest()[:40]
+        self._store.mkdir(parents=True, exist_ok=True)
+        path = self._store / f"{name}.pickle"
+        with open(self._store / f"{name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            try:
+                return pickle.loads(path.read_bytes())
+            except (OSError, EOFError, pickle.UnpicklingError, AttributeError, TypeError):
+                pass  # not there yet (or from another version): calibrate
+            done = self._calibrate(task, key)
+            partial = path.with_suffix(f".{os.getpid()}.part")
+            partial.write_bytes(pickle.dumps(done))
+            os.replace(partial, path)
+            return done
+
     def _calibrate(self, task: Task, key: str) -> Calibration:
         """Starter and null submission run once, without canaries (only their real outcomes
         count: tests they pass are gates); the reference with the drawn canaries; then, for
@@ -359,6 +395,9 @@ class Grader:
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
             task, reference, canaries, "the reference solution", candidates, probes)
+        if not ref_run.timed_out:
+            ref_run, canaries, candidates = self._without_leaks(
+                task, reference, ref_run, canaries, candidates, probes)
         if ref_run.reason:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
                                  f"({ref_run.reason}){_collection_errors(ref_run)}",
@@ -404,6 +443,45 @@ class Grader:
             canaries = dataclasses.replace(canaries, canaries={
                 t: c for t, c in canaries.canaries.items() if t not in drop})
             sentinels = tuple(s for s in sentinels if s not in run.hung_sentinels)
+        return run, canaries, sentinels
+
+    def _without_leaks(self, task: Task, reference: dict[str, bytes], run: Merged,
+                       canaries: CanarySet, sentinels: tuple[SentinelSite, ...],
+                       probes: Mapping[str, tuple[int, ...]] | None
+                       ) -> tuple[Merged, CanarySet, tuple[SentinelSite, ...]]:
+        """The reference's run with no canary or sentinel clone failing tests after it. Either
+        fails in the middle of its test, and what the test would undo after that point stays
+        undone (a frozen clock, a patched module): later tests of its run fail where the
+        reference passes them alone, or pytest itself breaks. When the reference fails a
+        real test or its run is not whole, it runs once more with neither; while a run fails
+        a test that one passed, or stops short of its tests, the canary or clone that failed
+        last before that there is dropped (its test gates, the site is never cloned) and
+        the reference runs again, each time with its own draw of which run holds which real
+        test; once one was dropped, two runs in a row must show none (LEAK_ROUNDS runs at
+        most)."""
+        if not run.reason and not any(o in ("failed", "error") for o, _ in run.real.values()):
+            return run, canaries, sentinels
+        alone, _ = self._run(task, reference, canaries, calibrating="the reference "
+                             "solution without canaries", single=True)
+        if alone.reason:
+            return run, canaries, sentinels
+        dropped, clean = False, 0
+        for _ in range(LEAK_ROUNDS):
+            culprits, sites = leak_culprits(run, alone)
+            if not culprits and not sites:
+                clean += 1
+                if not dropped or clean == 2:
+                    break
+            else:
+                dropped, clean = True, 0
+                canaries = dataclasses.replace(canaries, canaries={
+                    t: c for t, c in canaries.canaries.items() if t not in culprits})
+                sentinels = tuple(s for s in sentinels if s not in sites)
+            run, canaries, sentinels = self._reference_run(
+                task, reference, canaries, "the reference solution, leaking canaries dropped",
+                sentinels, probes)
+            if run.timed_out:
+                break
         return run, canaries, sentinels
 
     def _redraw(self, task: Task, reference: dict[str, bytes], seed: int, canaries: CanarySet,

@@ -98,6 +98,10 @@ class Merged:
     # node id -> the held values (site, canonical value, plain) the run holding the real test
     # emitted (calibration's probes)
     probes: dict[str, list[tuple[int, str, bool]]] = field(default_factory=dict)
+    # per variant, in the order it reported them: (node id, "real", "canary" or "sentinel"
+    # (a clone item), outcome); and the site of each sentinel clone item
+    order: tuple[tuple[tuple[str, str, str], ...], ...] = ()
+    clone_sites: dict[str, SentinelSite] = field(default_factory=dict)
 
     @property
     def sentinel_forgery(self) -> list[str]:
@@ -153,6 +157,14 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
             if entry.get("held") and variants.real_in.get(base_id(entry["id"]), 0) == index:
                 merged.probes.setdefault(entry["id"], [(h[0], h[1], h[2])
                                                        for h in entry["held"]])
+        clones = {nodeid: sentinel.site for sentinel in (sentinels[index] if index < 2 else ())
+                  for nodeid in entries if sentinel.is_clone(nodeid)}
+        merged.clone_sites.update(clones)
+        merged.order += (tuple(
+            (nodeid, "sentinel" if nodeid in clones else "canary"
+             if base_id(nodeid) in canaries.canaries
+             and variants.real_in.get(base_id(nodeid), 0) != index else "real", outcome)
+            for nodeid, (outcome, _) in entries.items()),)
         _sentinels(merged, entries, sentinels[index] if index < 2 else (), run)
         by_variant.append(entries)
     # every id either run reported: a test missing from one variant (it hung there) still has
@@ -205,6 +217,46 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
                 problems.append("the two runs of the hidden tests collected different test ids")
     merged.reason = "; ".join(problems)
     return merged
+
+
+def leak_culprits(run: Merged, alone: Merged
+                  ) -> tuple[frozenset[str], frozenset[SentinelSite]]:
+    """The canaries (base ids) and sentinel sites that most likely left state behind in `run`.
+
+    A failing assertion skips the rest of its test, and with it any cleanup the test does
+    after it (freezegun's `stop()` after a frozen-clock assertion): later tests would fail
+    where plain pytest passes them. In each variant, the first real test that fails there
+    although the same solution passes it `alone` (a run with neither), or the point where the
+    variant stopped short of the tests that run reported (pytest itself broke), is blamed on
+    the canaries and clones that failed since the last real test that passed there (or, with
+    none, on the last one that failed before it).
+    """
+    passed = {i for i, (o, _) in alone.real.items() if o in PASSING}
+    canaries, sites = set(), set()
+    for ran in run.order:
+        window: list[tuple[str, str]] = []
+        last = None
+        victim = False
+        for nodeid, role, outcome in ran:
+            if role != "real":
+                if outcome not in PASSING:
+                    last = (nodeid, role)
+                    window.append(last)
+            elif outcome in PASSING:
+                window = []
+            elif nodeid in passed:
+                victim = True
+                break
+        if not victim and not set(alone.real) <= {nodeid for nodeid, _, _ in ran}:
+            victim = True  # it stopped after them
+        if not victim:
+            continue
+        for nodeid, role in window or ([last] if last else []):
+            if role == "canary":
+                canaries.add(base_id(nodeid))
+            else:
+                sites.add(run.clone_sites[nodeid])
+    return frozenset(canaries), frozenset(sites)
 
 
 def _in_order(runs: list[dict[str, tuple[str, str]]]) -> list[str]:

@@ -485,6 +485,84 @@ def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader,
     assert wrong.score == 0.0 and wrong.timed_out and "test_add_in_a_thread" in wrong.reason
 
 
+CLOCK = """\
+import time
+
+_frozen = []
+
+
+def freeze(at):
+    _frozen.append(at)
+
+
+def unfreeze():
+    _frozen.pop()
+
+
+def frozen():
+    return bool(_frozen)
+
+
+def now():
+    return _frozen[-1] if _frozen else time.time()
+"""
+
+
+def frozen_clock_tests(freezers: int, followers: int) -> str:
+    """freezegun's shape: a test freezes the clock, asserts, and unfreezes after the assertion
+    (no try/finally), each followed by tests of the live clock."""
+    tests = ["import clock\n"]
+    for i in range(freezers):
+        tests.append(f"\ndef test_frozen_{i}():\n    clock.freeze({i}00.5)\n"
+                     f"    assert clock.now() == {i}00.5\n    clock.unfreeze()\n")
+        tests += [f"\ndef test_live_{i}_{j}():\n    assert clock.now() > 1e9\n"
+                  for j in range(followers)]
+    return "\n".join(tests)
+
+
+def clock_task(make_task, tests: dict[str, str]):
+    starter = CLOCK.replace("return _frozen[-1] if _frozen else time.time()",
+                            "raise NotImplementedError")
+    return make_task(task_id="frozen_clock", files={"clock.py": starter}, tests=tests,
+                     solution={"clock.py": CLOCK})
+
+
+def test_a_canary_whose_failure_leaves_state_behind_is_dropped(grader, make_task):
+    """A canary fails before its test's cleanup (freezegun's `stop()`): the clock stays frozen
+    and later tests of its run fail, where plain pytest passes them. Calibration finds those
+    tests against a run of the reference without canaries, drops the canaries that failed
+    before them (each round with its own layout of the runs), and an honest solution gets
+    plain pytest's verdict on every grade (before: a failed test in most grades)."""
+    task = clock_task(make_task, {"test_clock.py": frozen_clock_tests(3, 6)})
+    calibration = grader.calibration(task)
+    assert not {f"test_clock.py::test_frozen_{i}" for i in range(3)} \
+        & set(calibration.canaries.canaries), calibration.canaries.canaries
+    assert calibration.canaries.canaries  # the live tests keep theirs
+    for _ in range(3):
+        report = grader.grade(task, {"clock.py": CLOCK.encode()})
+        assert report.score == 1.0, [(t.name, t.message) for t in report.tests
+                                     if t.outcome != "passed"]
+        assert {t.outcome for t in report.tests} == {"passed"}
+
+
+def test_a_canary_whose_leftover_state_breaks_pytest_is_dropped(grader, make_task):
+    """The leftover state breaks pytest itself in a later test (freezegun's suite reloads its
+    module, which takes the frozen clock for the real one: RecursionError, INTERNALERROR):
+    the run stops short of its tests, whichever holds the real ones. The canaries that failed
+    before that point are dropped, and the reference's grade is whole (before: calibration
+    failed, an infra error on every grade)."""
+    conftest = ("import clock\n\n\ndef pytest_runtest_logreport(report):\n"
+                "    if report.when == 'setup' and clock.frozen():\n"
+                "        raise RuntimeError('a frozen clock broke the run')\n")
+    task = clock_task(make_task, {"conftest.py": conftest,
+                                  "test_clock.py": frozen_clock_tests(2, 1)})
+    calibration = grader.calibration(task)
+    assert not {"test_clock.py::test_frozen_0", "test_clock.py::test_frozen_1"} \
+        & set(calibration.canaries.canaries), calibration.canaries.canaries
+    report = grader.grade(task, {"clock.py": CLOCK.encode()})
+    assert report.score == 1.0 and not report.infra_error, report
+
+
 INTERRUPT_TESTS = '''\
 import pytest
 from calc import add, stop
@@ -873,3 +951,25 @@ def test_a_missing_dependency_is_named_in_the_calibration_failure(grader, make_t
     reason = caught.value.reason
     assert "no tests ran" in reason and "collection errors: test_calc.py" in reason
     assert "missing module(s) opd_no_such_dependency" in reason
+
+
+def test_graders_of_one_secret_share_calibrations_through_a_folder(local_pool, make_task,
+                                                                   tmp_path, monkeypatch):
+    """Graders in other workers (here threads, each its own file lock) with the same secret
+    and folder calibrate a task once; another secret calibrates its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    calibrated = []
+    real = Grader._calibrate
+    monkeypatch.setattr(Grader, "_calibrate",
+                        lambda self, task, key: calibrated.append(key) or real(self, task, key))
+    task = make_task()
+    graders = [Grader(local_pool, secret=b"s" * 32, calibrations=tmp_path) for _ in range(3)]
+    with ThreadPoolExecutor(3) as workers:
+        calibrations = list(workers.map(lambda grader: grader.calibration(task), graders))
+    assert len(calibrated) == 1 and calibrations[0].calibrated
+    assert calibrations[1] == calibrations[0] == calibrations[2]
+    later = Grader(local_pool, secret=b"s" * 32, calibrations=tmp_path)
+    assert later.grade(task, {"calc.py": task.solution["calc.py"].encode()}).score == 1.0
+    Grader(local_pool, secret=b"t" * 32, calibrations=tmp_path).calibration(task)
+    assert len(calibrated) == 2
