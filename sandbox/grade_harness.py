@@ -540,6 +540,63 @@ def failures_restore_state():
     return RestoresState()
 
 
+def state_changes():
+    """pytest plugin (a calibration's leak probe): after each test, a digest of the
+    module-level state it left changed: every attribute of a loaded module rebound or
+    deleted, and, outside the stdlib, the new size of a list, dict or set one holds. The host
+    compares a canary's digest with its real test's: a canary that fails before its test's
+    cleanup (freezegun's `stop()`) leaves a different state, which later tests would see.
+    pytest's own modules and sys.last_* (set on every failure) are left out; so are stdlib
+    containers, which reporting a failure fills (linecache, re's cache)."""
+    import hashlib
+
+    import pytest
+
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+    own = {"_pytest", "pytest", "pluggy", "__main__", "py"}
+
+    def snapshot():
+        state = {}
+        for name, module in list(sys.modules.items()):
+            top = name.partition(".")[0]
+            if top in own:
+                continue
+            try:
+                namespace = vars(module)
+            except TypeError:
+                continue
+            sized = top not in stdlib
+            for key, value in list(namespace.items()):
+                if name == "sys" and key.startswith("last_"):
+                    continue
+                size = len(value) if sized and type(value) in (list, dict, set) else -1
+                state[(name, key)] = (id(value), size)
+        return state
+
+    class StateChanges:
+        @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_runtest_protocol(self, item, nextitem):
+            try:
+                before = snapshot()
+            except Exception:
+                before = None
+            yield
+            if before is None:
+                return
+            try:
+                after = snapshot()
+                changed = sorted(f"{name}.{key}:{after[(name, key)][1]}"
+                                 if (name, key) in after else f"{name}.{key}:gone"
+                                 for (name, key), was in before.items()
+                                 if after.get((name, key)) != was)
+                digest = hashlib.sha256("\n".join(changed).encode()).hexdigest()[:16]
+                Reporter(RESULT_FD).emit({"delta": [item.nodeid, digest]})
+            except Exception:
+                pass
+
+    return StateChanges()
+
+
 def pristine_docstrings(source):
     """{qualified name: (docstring or None, 0-based line)} of what doctest's finder visits in a
     module, read with ast from `source`: the module itself (""), its functions and classes, and
@@ -736,6 +793,8 @@ def run_variant(command, out_fd, result_fd):
         plugins = [reporter, interrupt_fails(), failures_restore_state(), no_failure_summary()]
         if command.get("doctests"):
             plugins.append(pristine_doctests(tree, command["doctests"], command.get("select")))
+        if command.get("probe_state"):
+            plugins.append(state_changes())
         code = int(pytest.main(list(command["pytest_args"]), plugins=plugins))
         Reporter(RESULT_FD).emit({"exit": code})
     except BaseException as exc:  # pytest itself broke: say so in the output, never hang
@@ -1216,6 +1275,7 @@ class Variant:
         self.current = None  # the test started last and not finished: held values are its
         self.held = {}  # node id -> [[site, canonical value, plain]] (host-held expectations)
         self.held_chars = 0
+        self.deltas = {}  # node id -> digest of the state it left changed (probe_state)
         self.exit = None
 
     def feed_output(self, chunk):
@@ -1270,6 +1330,11 @@ class Variant:
             if len(held) < MAX_HELD and self.held_chars + len(value) <= MAX_HELD_CHARS:
                 self.held_chars += len(value)
                 held.append([site, value, plain])
+        elif "delta" in entry:
+            pair = entry["delta"]
+            if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair) \
+                    and pair[0] in self.tests and len(pair[1]) <= 64:
+                self.deltas[pair[0]] = pair[1]
         elif "collect_error" in entry:
             pair = entry["collect_error"]
             if isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair):
@@ -1281,7 +1346,8 @@ class Variant:
         output = bytes(self.output[-OUTPUT_TAIL:]).decode("utf-8", "replace")
         return {
             "tests": [{"id": i, "outcome": self.tests[i][0], "message": self.tests[i][1],
-                       **({"held": self.held[i]} if i in self.held else {})}
+                       **({"held": self.held[i]} if i in self.held else {}),
+                       **({"delta": self.deltas[i]} if i in self.deltas else {})}
                       for i in self.order],
             "collect_errors": self.collect_errors,
             "exit": self.exit if self.exit is not None else -1,
@@ -1512,6 +1578,7 @@ def main():
             select = [str(i) for i in select]
         # base ids a variant leaves out: tests that run once, in the other variant
         skips = [[str(i) for i in variant.get("skip") or ()] for variant in variants_in]
+        probe_state = request.get("probe_state") is True
         path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
         variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(staging))]
         for i in range(len(staging), MAX_VARIANTS):
@@ -1526,7 +1593,7 @@ def main():
             lines[i] = json.dumps({
                 "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
                 "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
-                "skip": skips[i],
+                "skip": skips[i], "probe_state": probe_state,
                 "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
             }) + "\n"
         del request, variants_in

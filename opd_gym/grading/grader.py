@@ -82,6 +82,7 @@ from opd_gym.grading.verdict import (
     leak_culprits,
     merge,
     parse_verdict,
+    state_culprits,
 )
 from opd_gym.sandboxes import (
     FileTooLarge,
@@ -426,7 +427,8 @@ class Grader:
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
                        what: str, sentinels: tuple[SentinelSite, ...] = (),
-                       probes: Mapping[str, tuple[int, ...]] | None = None
+                       probes: Mapping[str, tuple[int, ...]] | None = None,
+                       probe_state: bool = False
                        ) -> tuple[Merged, CanarySet, tuple[SentinelSite, ...]]:
         """The reference with `canaries` (and clones of all `sentinels`). A canary that hangs
         the run while the reference passes its real test (it failed before the test released
@@ -434,7 +436,8 @@ class Grader:
         (HUNG_CANARY_RETRIES times at most). So does a sentinel whose clone hung it."""
         for attempt in range(HUNG_CANARY_RETRIES + 1):
             run, _ = self._run(task, reference, canaries, calibrating=what, sentinels=sentinels,
-                               count=len(sentinels), held=probes, probe=True)
+                               count=len(sentinels), held=probes, probe=True,
+                               probe_state=probe_state)
             hung = {i for i in run.hung_canaries if run.real.get(i, ("", ""))[0] in PASSING}
             if not run.timed_out or not (hung or run.hung_sentinels) \
                     or attempt == HUNG_CANARY_RETRIES:
@@ -449,16 +452,19 @@ class Grader:
                        canaries: CanarySet, sentinels: tuple[SentinelSite, ...],
                        probes: Mapping[str, tuple[int, ...]] | None
                        ) -> tuple[Merged, CanarySet, tuple[SentinelSite, ...]]:
-        """The reference's run with no canary or sentinel clone failing tests after it. Either
-        fails in the middle of its test, and what the test would undo after that point stays
-        undone (a frozen clock, a patched module): later tests of its run fail where the
-        reference passes them alone, or pytest itself breaks. When the reference fails a
-        real test or its run is not whole, it runs once more with neither; while a run fails
-        a test that one passed, or stops short of its tests, the canary or clone that failed
-        last before that there is dropped (its test gates, the site is never cloned) and
-        the reference runs again, each time with its own draw of which run holds which real
-        test; once one was dropped, two runs in a row must show none (LEAK_ROUNDS runs at
-        most)."""
+        """The reference's run with no canary or sentinel clone failing tests after it.
+
+        Either fails in the middle of its test, and what the test would undo after that point
+        stays undone (a frozen clock, a patched module): later tests of its run fail where the
+        reference passes them alone, or pytest itself breaks. When the reference fails a real
+        test or its run is not whole, it runs once more with neither. Then, while a run fails
+        a test that one passed or stops short of its tests, the canaries and clones that
+        failed since the last real test that passed there are dropped (leak_culprits), and so
+        is each that left the module-level state other than its test did (state_culprits:
+        the runs after the first probe state): their tests gate, the sites are never cloned.
+        The reference runs again each round, with its own draw of which run holds which real
+        test; once one was dropped, two runs in a row must show none (LEAK_ROUNDS at most).
+        """
         if not run.reason and not any(o in ("failed", "error") for o, _ in run.real.values()):
             return run, canaries, sentinels
         alone, _ = self._run(task, reference, canaries, calibrating="the reference "
@@ -468,6 +474,8 @@ class Grader:
         dropped, clean = False, 0
         for _ in range(LEAK_ROUNDS):
             culprits, sites = leak_culprits(run, alone)
+            more, more_sites = state_culprits(run)  # none unless the run probed state
+            culprits, sites = culprits | more, sites | more_sites
             if not culprits and not sites:
                 clean += 1
                 if not dropped or clean == 2:
@@ -479,7 +487,7 @@ class Grader:
                 sentinels = tuple(s for s in sentinels if s not in sites)
             run, canaries, sentinels = self._reference_run(
                 task, reference, canaries, "the reference solution, leaking canaries dropped",
-                sentinels, probes)
+                sentinels, probes, probe_state=True)
             if run.timed_out:
                 break
         return run, canaries, sentinels
@@ -550,12 +558,13 @@ class Grader:
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
              probe: bool = False, calibration: Calibration | None = None,
-             single: bool = False) -> tuple[Merged, list[str]]:
+             single: bool = False, probe_state: bool = False) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
         _Failed before outcomes. With `once`, tests whose second run tells nothing run once
         (once.py; given the task's `calibration`, a grade, also those with an invalid or held
-        canary). `single`: one run instead, every test real (no canary), the sentinels in it."""
+        canary). `single`: one run instead, every test real (no canary), the sentinels in it.
+        `probe_state`: each test's entry carries a digest of the state it left changed."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
@@ -594,7 +603,8 @@ class Grader:
         try:
             dropped = self._copy(sandbox, keep, what)
             raw = self._harness(task, sandbox, paths, variants, what, doctests, placed,
-                                {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS)
+                                {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS,
+                                probe_state)
         finally:
             self.sandboxes.release(sandbox)
         try:
@@ -633,7 +643,7 @@ class Grader:
     def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
                  what: str, doctests: Mapping[str, str] | None = None,
                  placed: Placed = ((), ()), renamed: Mapping[str, str] | None = None,
-                 count: int = VARIANTS) -> bytes:
+                 count: int = VARIANTS, probe_state: bool = False) -> bytes:
         """The harness's raw verdict from the first `count` variants; `renamed`: {pytest's own
         node id: the id a run names it by} (cases held per parametrize argument: the sandbox
         never sees their ids)."""
@@ -648,6 +658,7 @@ class Grader:
             select=select,  # only these run; the others are deselected
             doctests=doctests,  # their examples come from the pristine text, the code is live
             skip=variants.skip[:count],  # tests that run in one variant only (once.py)
+            probe_state=probe_state,
         )
         limit = count * task.timeout + HARNESS_MARGIN
         try:

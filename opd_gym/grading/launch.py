@@ -47,6 +47,7 @@ def harness_request(
     workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
     ini: str | None, args: Sequence[str], select: Sequence[str] | None = None,
     doctests: Mapping[str, str] | None = None, skip: Sequence[Iterable[str]] = (),
+    probe_state: bool = False,
 ) -> dict[str, Any]:
     """What the harness reads on stdin (request version 3).
 
@@ -64,7 +65,9 @@ def harness_request(
     workspace, the agent's module stays and is what runs; the examples come from the pristine
     docstrings. Version 3 added `doctests` (and each variant's tree became writable).
     `skip[i]`: base ids variant `i` deselects (tests that run once, in another variant; an
-    optional field of a variant, so older requests read alike).
+    optional field of a variant, so older requests read alike). `probe_state`: each test's
+    entry also gets a digest of the module-level state it left changed (calibration's leak
+    probe; an optional field too).
     """
     return {
         "version": 3, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
@@ -74,6 +77,7 @@ def harness_request(
         "variants": [{"files": dict(files), **({"skip": sorted(skip[i])}
                                                 if i < len(skip) and skip[i] else {})}
                      for i, files in enumerate(variants)],
+        **({"probe_state": True} if probe_state else {}),
     }
 
 

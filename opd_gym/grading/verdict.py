@@ -52,6 +52,9 @@ def _check_variant(data: Any) -> None:
                 isinstance(h, list) and len(h) == 3 and type(h[0]) is int
                 and isinstance(h[1], str) and type(h[2]) is bool for h in held):
             raise VerdictError("a verdict entry's held values have an unknown shape")
+        delta = entry.get("delta", "")
+        if not isinstance(delta, str) or len(delta) > 64:
+            raise VerdictError("a verdict entry's state digest has an unknown shape")
     if not isinstance(data.get("collect_errors", []), list):
         raise VerdictError("the verdict's collect_errors is not a list")
     running = data.get("running", [])
@@ -102,6 +105,10 @@ class Merged:
     # (a clone item), outcome); and the site of each sentinel clone item
     order: tuple[tuple[tuple[str, str, str], ...], ...] = ()
     clone_sites: dict[str, SentinelSite] = field(default_factory=dict)
+    clone_originals: dict[str, str] = field(default_factory=dict)  # clone item -> its test
+    # per variant: node id -> digest of the module-level state the item left changed (a run
+    # probing state)
+    deltas: tuple[dict[str, str], ...] = ()
 
     @property
     def sentinel_forgery(self) -> list[str]:
@@ -157,9 +164,13 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
             if entry.get("held") and variants.real_in.get(base_id(entry["id"]), 0) == index:
                 merged.probes.setdefault(entry["id"], [(h[0], h[1], h[2])
                                                        for h in entry["held"]])
-        clones = {nodeid: sentinel.site for sentinel in (sentinels[index] if index < 2 else ())
+        clones = {nodeid: sentinel for sentinel in (sentinels[index] if index < 2 else ())
                   for nodeid in entries if sentinel.is_clone(nodeid)}
-        merged.clone_sites.update(clones)
+        for nodeid, sentinel in clones.items():
+            merged.clone_sites[nodeid] = sentinel.site
+            merged.clone_originals[nodeid] = sentinel.original(nodeid)
+        merged.deltas += ({entry["id"]: entry["delta"] for entry in run["tests"]
+                           if entry.get("delta")},)
         merged.order += (tuple(
             (nodeid, "sentinel" if nodeid in clones else "canary"
              if base_id(nodeid) in canaries.canaries
@@ -256,6 +267,32 @@ def leak_culprits(run: Merged, alone: Merged
                 canaries.add(base_id(nodeid))
             else:
                 sites.add(run.clone_sites[nodeid])
+    return frozenset(canaries), frozenset(sites)
+
+
+def state_culprits(run: Merged) -> tuple[frozenset[str], frozenset[SentinelSite]]:
+    """The canaries (base ids) and sentinel sites that failed and left the module-level state
+    other than their test did when it passed, in a run probing state: a canary's digest
+    against its real test's in the other variant, a clone's against its test's in the same
+    run. What a test changes and keeps when it passes (a cache it fills, a class attribute)
+    is alike in both; what differs, a failure skipped."""
+    canaries, sites = set(), set()
+    for index, ran in enumerate(run.order):
+        if index >= len(run.deltas):
+            break
+        outcomes = {nodeid: outcome for nodeid, _, outcome in ran}
+        for nodeid, role, outcome in ran:
+            if role == "real" or outcome in PASSING or nodeid not in run.deltas[index]:
+                continue
+            if role == "canary":  # against its real test, whatever that one's outcome
+                other = run.deltas[1 - index] if len(run.deltas) > 1 else {}
+                if nodeid in other and other[nodeid] != run.deltas[index][nodeid]:
+                    canaries.add(base_id(nodeid))
+            else:
+                original = run.clone_originals.get(nodeid, "")
+                if outcomes.get(original) in PASSING and original in run.deltas[index] \
+                        and run.deltas[index][original] != run.deltas[index][nodeid]:
+                    sites.add(run.clone_sites[nodeid])
     return frozenset(canaries), frozenset(sites)
 
 

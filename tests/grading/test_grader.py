@@ -563,6 +563,31 @@ def test_a_canary_whose_leftover_state_breaks_pytest_is_dropped(grader, make_tas
     assert report.score == 1.0 and not report.infra_error, report
 
 
+def test_a_canary_whose_leftover_state_surfaces_much_later_is_found_by_the_state_it_left(
+        grader, make_task):
+    """The leftover state shows only tests later, after passing tests that do not read it
+    (freezegun's suite passes dozens of tests under a frozen clock, then reloads its module).
+    The runs of the leak rounds probe state: each canary's digest of the module-level state
+    it left changed, against its real test's, names the canary whatever ran in between."""
+    conftest = ("import clock\n\n\ndef pytest_runtest_logreport(report):\n"
+                "    if report.when == 'setup' and report.nodeid.endswith('test_z_reload') \\\n"
+                "            and clock.frozen():\n"
+                "        raise RuntimeError('a frozen clock broke the run')\n")
+    tests = frozen_clock_tests(2, 0) + "".join(
+        f"\n\ndef test_unrelated_{j}():\n    assert clock.double({j}) == {2 * j}\n"
+        for j in range(1, 7)) + "\n\ndef test_z_reload():\n    assert clock.now() > 1e9\n"
+    solution = CLOCK + "\n\ndef double(x):\n    return 2 * x\n"
+    starter = solution.replace("return 2 * x", "raise NotImplementedError")
+    task = make_task(task_id="frozen_clock", files={"clock.py": starter},
+                     tests={"conftest.py": conftest, "test_clock.py": tests},
+                     solution={"clock.py": solution})
+    calibration = grader.calibration(task)
+    assert not {"test_clock.py::test_frozen_0", "test_clock.py::test_frozen_1"} \
+        & set(calibration.canaries.canaries), calibration.canaries.canaries
+    report = grader.grade(task, {"clock.py": solution.encode()})
+    assert report.score == 1.0 and not report.infra_error, report
+
+
 INTERRUPT_TESTS = '''\
 import pytest
 from calc import add, stop
