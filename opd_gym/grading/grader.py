@@ -457,13 +457,15 @@ class Grader:
         Either fails in the middle of its test, and what the test would undo after that point
         stays undone (a frozen clock, a patched module): later tests of its run fail where the
         reference passes them alone, or pytest itself breaks. When the reference fails a real
-        test or its run is not whole, it runs once more with neither. Then, while a run fails
-        a test that one passed or stops short of its tests, the canaries and clones that
-        failed since the last real test that passed there are dropped (leak_culprits), and so
-        is each that left the module-level state other than its test did (state_culprits:
-        the runs after the first probe state): their tests gate, the sites are never cloned.
-        The reference runs again each round, with its own draw of which run holds which real
-        test; once one was dropped, two runs in a row must show none (LEAK_ROUNDS at most).
+        test or its run is not whole, it runs once more with neither; if a run fails a test
+        that one passed, or stops short of its tests, the reference runs again probing state,
+        and every canary or clone that left the module-level state other than its test did is
+        dropped (state_culprits), in every round after, whether or not its leak showed there.
+        Only a probing run whose failures no digest explains drops the canaries and clones
+        that failed since the last real test that passed (leak_culprits). Dropped tests gate,
+        dropped sites are never cloned. Each run draws its own layout of which run holds which
+        real test; once a leak was seen, two clean rounds in a row end it (LEAK_ROUNDS at
+        most).
         """
         if not run.reason and not any(o in ("failed", "error") for o, _ in run.real.values()):
             return run, canaries, sentinels
@@ -471,20 +473,26 @@ class Grader:
                              "solution without canaries", single=True)
         if alone.reason:
             return run, canaries, sentinels
-        dropped, clean = False, 0
+        seen, probed, clean = False, False, 0
         for _ in range(LEAK_ROUNDS):
-            culprits, sites = leak_culprits(run, alone)
-            more, more_sites = state_culprits(run)  # none unless the run probed state
-            culprits, sites = culprits | more, sites | more_sites
-            if not culprits and not sites:
-                clean += 1
-                if not dropped or clean == 2:
-                    break
+            window, window_sites = leak_culprits(run, alone)
+            state, state_sites = state_culprits(run)  # none unless the run probed state
+            if state or state_sites:  # what changed state, whether or not it showed yet
+                drop, sites = state, state_sites
+            elif (window or window_sites) and probed:  # a leak no module attribute records
+                drop, sites = window, window_sites
             else:
-                dropped, clean = True, 0
-                canaries = dataclasses.replace(canaries, canaries={
-                    t: c for t, c in canaries.canaries.items() if t not in culprits})
-                sentinels = tuple(s for s in sentinels if s not in sites)
+                drop, sites = frozenset(), frozenset()
+            if window or window_sites or drop or sites:
+                seen, clean = True, 0
+            else:
+                clean += 1
+                if not seen or clean == 2:
+                    break
+            canaries = dataclasses.replace(canaries, canaries={
+                t: c for t, c in canaries.canaries.items() if t not in drop})
+            sentinels = tuple(s for s in sentinels if s not in sites)
+            probed = True
             run, canaries, sentinels = self._reference_run(
                 task, reference, canaries, "the reference solution, leaking canaries dropped",
                 sentinels, probes, probe_state=True)
