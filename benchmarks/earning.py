@@ -9,7 +9,9 @@ answer-safe tests that also hold an equality site the host can keep (held.py); u
 Grader's default (host-held expectations; `Grader(hold=False)` opts out, and then `earn %` is
 the figure) a task with such a test earns only through them (held-only tasks), the others keep
 the canary scheme: `earn % (hold)` (static: calibration may still drop a site the reference's
-value does not meet as plain data, or one its earning tests lack).
+value does not meet as plain data, or one its earning tests lack). `computed` counts the held
+tests that earn through a site comparing with a value the test computes (computed.py: the
+host holds the reference's value; calibration still checks another process computes it alike).
 
     python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
 
@@ -45,11 +47,17 @@ def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
         canaries = make_canaries(task.tests, test_paths(task), seed_for(b"bench", task_key(task)),
                                  solution_modules=solution_modules(task))
         safe = [t for t, c in canaries.canaries.items() if c.earns]
-        holdable = candidates(task.tests, test_paths(task))
-        held = [t for t in safe if t in holdable]
+        literal = candidates(task.tests, test_paths(task))
+        holdable = candidates(task.tests, test_paths(task), solution=solution_modules(task))
+        # a test comparing with what it computes earns through a held computed site (its
+        # canary's `earns` is False: without holding, a reader would pass it)
+        computed = {t for t, s in holdable.items() if len(s) > len(literal.get(t, ()))}
+        held = [t for t, c in canaries.canaries.items()
+                if t in holdable and (c.earns or t in computed)]
         total.update(tasks=1, tests=len(canaries.tests), canaried=len(canaries.canaries),
                      safe=len(safe), verifiable=bool(safe), held=len(held),
                      held_verifiable=bool(held), with_hold=len(held) if held else len(safe),
+                     computed=len([t for t in held if t in computed]),
                      sentinel=bool(sentinel_sites(task.tests, test_paths(task))))
         reasons.update(c.why.split("` ", 1)[-1].split(" (")[0]
                        for c in canaries.canaries.values() if not c.earns)
@@ -90,9 +98,9 @@ def main() -> None:
         sample = repo[:args.repo_sample] if args.repo_sample else repo
         suites[f"repo ({len(sample)} of {len(repo)})"] = sample
     print(f"| {'suite':28} | tasks | tests | canaried | answer-safe | earn % | verifiable "
-          f"| sentinel | held | held-only tasks | earn % (hold) |")
+          f"| sentinel | held | computed | held-only tasks | earn % (hold) |")
     print(f"|{'-' * 30}|------:|------:|---------:|------------:|-------:|-----------:"
-          f"|---------:|-----:|----------------:|--------------:|")
+          f"|---------:|-----:|---------:|----------------:|--------------:|")
     why: Counter[str] = Counter()
     for name, tasks in suites.items():
         total, reasons = counts(tasks)
@@ -103,7 +111,8 @@ def main() -> None:
         held_only = f"{total['held_verifiable']} of {total['tasks']}"
         print(f"| {name:28} | {total['tasks']:5} | {total['tests']:5} | {total['canaried']:8} "
               f"| {total['safe']:11} | {share:5.1f}% | {verifiable:>10} "
-              f"| {total['sentinel']:8} | {total['held']:4} | {held_only:>15} "
+              f"| {total['sentinel']:8} | {total['held']:4} | {total['computed']:8} "
+              f"| {held_only:>15} "
               f"| {after:12.1f}% |")
     print("\ncanaried tests that only gate, by reason:")
     for reason, count in why.most_common():

@@ -363,7 +363,9 @@ class Grader:
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
         selected = {base_id(i) for i in task.test_ids or ()}
 
-        probes = held_sites.candidates(hidden_files(task), paths) if self.hold else None
+        solution = solution_modules(task)
+        probes = held_sites.candidates(hidden_files(task), paths, solution=solution) \
+            if self.hold else None
         # a clone copies its test's decorators: none of a test held per parametrize case
         per_case = held_sites.parametrized(hidden_files(task), paths) if probes else frozenset()
 
@@ -382,16 +384,19 @@ class Grader:
             return select_files(task, {**task.assets,
                                        **{p: t.encode() for p, t in texts.items()}})[0]
 
+        # the starter and the null submission compute what the tests compute too: a computed
+        # expectation is held only where another process computed the same (computed.py)
+        first = {"held": probes, "probe": "first"} if probes and task.solution else {}
         starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
                                    count=len(candidates), calibrating="the untouched starter",
-                                   single=True)
+                                   single=True, **first)
         # What the starter passed, even in a run cut short: a gate too many never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
             return Calibration(canaries, starter_passed=starter_passed)
         null_run, _ = self._run(task, files(null_submission(task)), bare, sentinels=candidates,
                                 count=len(candidates), calibrating="the null submission",
-                                single=True)
+                                single=True, **first)
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
@@ -408,22 +413,28 @@ class Grader:
         canaries, invalid = self._redraw(task, reference, seed, canaries, ref_run, invalid,
                                          neutral | starter_passed | null_passed)
         held = None
+        computed: dict[str, dict[int, held_sites.Recorded]] = {}
         if probes is not None:
             held = held_sites.calibrated(probes, hidden_files(task), ref_run.probes,
-                                         _passed(ref_run), ref_run.real)
+                                         _passed(ref_run), ref_run.real, solution=solution,
+                                         witness=ref_run.other_probes,
+                                         others=(starter_run.probes, null_run.probes),
+                                         recorded=computed)
             # a site a canary leaves unholdable (it negates the assertion) is not held, nor
             # then a parametrize column of a table that test reads too (another round)
             variants, _ = build_runs(hidden_files(task), canaries, (), 0)
             while held:
-                unheld = held_sites.rewrite(variants.files, held, ((), ())).unheld
+                unheld = held_sites.rewrite(variants.files, held, ((), ()), solution=solution,
+                                            computed=computed).unheld
                 if not unheld:
                     break
                 held = {t: s for t, s in held.items() if t not in unheld}
+                computed = {t: s for t, s in computed.items() if t in held}
         return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
                            sentinels=_checked(candidates, (starter_run, null_run, ref_run)),
-                           held=held)
+                           held=held, computed=computed)
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
                        what: str, sentinels: tuple[SentinelSite, ...] = (),
@@ -565,7 +576,7 @@ class Grader:
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
-             probe: bool = False, calibration: Calibration | None = None,
+             probe: bool | str = False, calibration: Calibration | None = None,
              single: bool = False, probe_state: bool = False) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
@@ -589,7 +600,9 @@ class Grader:
             placed = (placed[0], placed[0])
         runs = None
         if held:
-            runs = held_sites.rewrite(variants.files, held, placed, probe=probe)
+            runs = held_sites.rewrite(
+                variants.files, held, placed, probe=probe, solution=solution_modules(task),
+                computed=calibration.computed if calibration is not None else None)
             variants = Variants(runs.files, variants.real_in)
         ids = dict(runs.ids) if runs is not None else {}
         if calibration is not None and self.single_run and not single:

@@ -16,6 +16,7 @@ from typing import Any
 
 from opd_gym.errors import GradingError
 from opd_gym.grading.canary import CanarySet, Variants
+from opd_gym.grading.computed import Recorded
 from opd_gym.grading.expected import base_id, display_name
 from opd_gym.grading.held import MAX_HELD, HeldRuns, unmet
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
@@ -101,6 +102,9 @@ class Merged:
     # node id -> the held values (site, canonical value, plain) the run holding the real test
     # emitted (calibration's probes)
     probes: dict[str, list[tuple[int, str, bool]]] = field(default_factory=dict)
+    # ... and those the other run emitted (the canary's or a second copy's: another uid, tree
+    # and process computing the same expected sides, computed.py)
+    other_probes: dict[str, list[tuple[int, str, bool]]] = field(default_factory=dict)
     # per variant, in the order it reported them: (node id, "real", "canary" or "sentinel"
     # (a clone item), outcome); and the site of each sentinel clone item
     order: tuple[tuple[tuple[str, str, str], ...], ...] = ()
@@ -161,9 +165,10 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
         expect = held.expect[index] if held is not None and index < 2 else None
         for entry in run["tests"]:
             entries.setdefault(entry["id"], _outcome(entry, expect))
-            if entry.get("held") and variants.real_in.get(base_id(entry["id"]), 0) == index:
-                merged.probes.setdefault(entry["id"], [(h[0], h[1], h[2])
-                                                       for h in entry["held"]])
+            if entry.get("held"):
+                real = variants.real_in.get(base_id(entry["id"]), 0) == index
+                (merged.probes if real else merged.other_probes).setdefault(
+                    entry["id"], [(h[0], h[1], h[2]) for h in entry["held"]])
         clones = {nodeid: sentinel for sentinel in (sentinels[index] if index < 2 else ())
                   for nodeid in entries if sentinel.is_clone(nodeid)}
         for nodeid, sentinel in clones.items():
@@ -363,6 +368,9 @@ class Calibration:
     # none, or the task has no holdable site, e.g. stdin/stdout cases): every test with a
     # valid canary may earn, as without held expectations
     held: Mapping[str, tuple[int, ...]] | None = None
+    # held sites whose expectation the test computes (computed.py): the values the reference
+    # computed there, per test and site
+    computed: Mapping[str, Mapping[int, Recorded]] | None = None
 
     @property
     def earning(self) -> frozenset[str]:
@@ -386,7 +394,10 @@ class Calibration:
 
     def _earns_unheld(self, nodeid: str) -> bool:
         canary = self.canaries.canaries.get(base_id(nodeid))
-        return (canary is not None and canary.earns and nodeid not in self.invalid
+        # a test comparing with what it computes earns where the host holds that value: the
+        # answer is nowhere in the sandbox (computed.py)
+        computed = base_id(nodeid) in (self.computed or {})
+        return (canary is not None and (canary.earns or computed) and nodeid not in self.invalid
                 and nodeid not in self.neutral and nodeid not in self.starter_passed
                 and nodeid not in self.null_passed)
 

@@ -1,11 +1,12 @@
 """Solutions that read the expected value from the test instead of computing it earn nothing.
 
-A test whose expectation is computed at run time from something the solution can reach (an
-oracle helper, `calendar.isleap`, a fixture, a table built in a HumanEval check) and no canary
-changes only gates: the canary of such a test is a complement (`==` -> `!=`) that a reader
-fails like an honest solution, so earning there would pay the reader. Real Docker, the real
-Grader; each attack must score 0, the honest reference 1.0 where the task has answer-safe
-tests, and the computed-expectation tests are reported as gates.
+A test whose expectation is computed at run time (an oracle helper, `calendar.isleap`, a value
+a HumanEval check computes) is held on the host with the value the reference computed there
+(grading/computed.py): the expression, the local bound to it and the helper only it reads
+leave the sandbox's text, so a frame reader, a return hook or a swapped oracle finds nothing
+and fails it, while the honest reference earns it. An expectation the solution receives (a
+fixture's value) cannot be held that way and only gates. Real Docker, the real Grader; each
+attack must score 0, the honest reference 1.0.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ LEAP_REFERENCE = ("def is_leap(year):\n"
 LEAP = Task(id="answer_readers_leap", prompt="Write leap.py.", files={"leap.py": LEAP_STARTER},
             tests={"test_leap.py": LEAP_TESTS}, solution={"leap.py": LEAP_REFERENCE},
             timeout=30.0)
-LEAP_GATES = {"test_oracle_helper", "test_calendar_oracle", "test_fixture_expected"}
+LEAP_GATES = {"test_fixture_expected"}  # the answer is handed in: only gates
+LEAP_COMPUTED = {"test_oracle_helper", "test_calendar_oracle"}  # held with computed values
 
 
 # -- (a): HumanEval rows: a table computed in check (gates); zipped literal lists and literal
@@ -165,12 +167,15 @@ def _earns(report) -> dict[str, bool]:
     return {t.name.rpartition("::")[2]: t.earns for t in report.tests}
 
 
-def test_honest_leap_earns_only_its_literal_tests(grader):
+def test_honest_leap_earns_its_literal_and_computed_tests(grader):
     report = _grade(grader, LEAP, LEAP_REFERENCE)
     assert report.score == 1.0 and report.all_passed, (report.reason, report.tests)
     earns = _earns(report)
-    assert {n for n, e in earns.items() if e} == {"test_literal_leap", "test_literal_tri"}
+    assert {n for n, e in earns.items() if e} == \
+        {"test_literal_leap", "test_literal_tri", *LEAP_COMPUTED}
     assert all(not earns[n] for n in LEAP_GATES)
+    computed = grader.calibration(LEAP).computed
+    assert {t.rpartition("::")[2] for t in computed} == LEAP_COMPUTED, computed
 
 
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
@@ -181,20 +186,25 @@ def test_answer_readers_earn_nothing_on_a_pytest_task(grader, attack):
     assert all(not t.earns for t in report.tests if t.name.rpartition("::")[2] in LEAP_GATES)
 
 
-def test_the_attacks_do_pass_the_computed_tests_they_read(grader):
-    # the payloads work: each passes the computed-expectation test it targets (a gate)
-    passed = {attack: {t.name.rpartition("::")[2] for t in _grade(grader, LEAP, src).tests
-                       if t.outcome == "passed"} for attack, src in ATTACKS.items()}
-    assert {"test_oracle_helper", "test_fixture_expected"} <= passed["frame_reader"], passed
-    assert {"test_oracle_helper", "test_fixture_expected"} <= passed["profile_hook"], passed
-    assert "test_calendar_oracle" in passed["oracle_swap"], passed
+def test_the_attacks_pass_what_they_read_and_fail_what_the_host_holds(grader):
+    # the payloads work: the readers pass the gate whose answer is handed in (a fixture);
+    # the computed tests they passed before the host held them now fail on the host
+    reports = {attack: _grade(grader, LEAP, src) for attack, src in ATTACKS.items()}
+    passed = {attack: {t.name.rpartition("::")[2] for t in r.tests if t.outcome == "passed"}
+              for attack, r in reports.items()}
+    assert "test_fixture_expected" in passed["frame_reader"], passed
+    assert "test_fixture_expected" in passed["profile_hook"], passed
+    for attack, report in reports.items():
+        held = [t for t in report.tests if t.name.rpartition("::")[2] in LEAP_COMPUTED]
+        assert len(held) == 2 and all(
+            t.outcome == "failed" and "held expectation was not met" in t.message
+            for t in held), (attack, held)
 
 
 @pytest.mark.parametrize("task", [COMPUTED], ids=["computed_table"])
-def test_humaneval_checks_with_computed_expectations_only_gate(grader, task):
+def test_humaneval_checks_with_computed_expectations_earn_only_the_computing(grader, task):
     honest = _grade(grader, task, task.solution["solution.py"])
-    assert honest.earning == 0 and not any(t.earns for t in honest.tests), honest.tests
-    assert "cannot be verified" in honest.reason
+    assert honest.score == 1.0 and honest.earning == 1, (honest.reason, honest.tests)
     for attack, source in ATTACKS.items():
         report = _grade(grader, task, source)
         assert report.score == 0.0, (attack, report.reason)
