@@ -60,6 +60,7 @@ class Pending:
     helpers: frozenset[str]
     loop: bool
     text: str  # ast.unparse(value): what calibration recorded the value of
+    reads: int = 1  # how often the test reads the bound local (each read must be held)
 
     @property
     def name(self) -> str:  # no parametrize column or data name: nothing of the table held
@@ -179,9 +180,10 @@ def _locals(function: ast.AST) -> set[str]:
 
 
 def _binding(name: str, function: ast.AST, statement: ast.stmt, body: list[ast.stmt]
-             ) -> ast.Assign | None:
+             ) -> tuple[ast.Assign, int] | None:
     """`name = <value>`, the only binding of `name` in the test, a statement of `body` (the
-    one holding the site) before it, and `name` read only at the site."""
+    one holding the site) before it; and how often the test reads `name` (calibration holds
+    the site only where every read is a held site)."""
     loads = stores = 0
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and node.id == name:
@@ -193,13 +195,13 @@ def _binding(name: str, function: ast.AST, statement: ast.stmt, body: list[ast.s
                 or isinstance(node, ast.alias) and name in (node.asname, node.name) \
                 or isinstance(node, ast.ExceptHandler) and node.name == name:
             return None
-    if loads != 1 or stores != 1:
+    if not loads or stores != 1:
         return None
     at = next((i for i, s in enumerate(body) if s is statement), None)
     for earlier in body[:at] if at is not None else ():
         if isinstance(earlier, ast.Assign) and len(earlier.targets) == 1 and isinstance(
                 earlier.targets[0], ast.Name) and earlier.targets[0].id == name:
-            return earlier
+            return earlier, loads
     return None
 
 
@@ -218,10 +220,12 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
         return None
     binding = None
     value = expected
+    reads = 1
     if isinstance(expected, ast.Name):
-        binding = _binding(expected.id, function, statement, body)
-        if binding is None:
+        bound = _binding(expected.id, function, statement, body)
+        if bound is None:
             return None
+        binding, reads = bound
         value = binding.value
     if any(isinstance(n, _NOT_IN_VALUE) for n in ast.walk(value)) or any(
             isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in ast.walk(solution_side)):
@@ -259,7 +263,8 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
             return None
     if helpers and facts.readers:
         return None  # a helper taken out might still be looked for by its name
-    return Pending(value, expected, binding, frozenset(helpers), loop, ast.unparse(value))
+    return Pending(value, expected, binding, frozenset(helpers), loop, ast.unparse(value),
+                   reads)
 
 
 def prefix(reference: tuple[object, ...], other: tuple[object, ...]) -> bool:

@@ -941,6 +941,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
             edits = []
             columns: dict[str, dict[int, tuple[str, str]]] = {}  # test: {site: (arg, op)}
             removed: set[str] = set()  # helper functions taken out of this text
+            unbound: set[tuple[int, int]] = set()  # bound locals' values taken out
             for key in ok:
                 test_id, statement, found_parts = found[run][path][key]
                 assert statement is not None and found_parts is not None
@@ -966,9 +967,11 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
                 if isinstance(value, Pending):  # its value recorded; its sources leave
                     recorded = (computed or {})[key[0]][key[1]]
                     pending[run].setdefault(test_id, {})[key[1]] = (op, recorded)
-                    if value.binding is not None:
-                        node = value.binding.value
-                        edits.append((*source.span(node), PLACEHOLDER
+                    span = source.span(value.binding.value) if value.binding else None
+                    if span is not None and span not in unbound:  # one local, several sites
+                        unbound.add(span)
+                        node = value.binding.value  # type: ignore[union-attr]
+                        edits.append((*span, PLACEHOLDER
                                       + "\n" * (node.end_lineno - node.lineno)))  # type: ignore
                     facts = context[run].facts(path)
                     for name in sorted(value.helpers - removed):
@@ -1304,7 +1307,8 @@ def _read_elsewhere(found: Mapping[str, Mapping[int, Recorded]],
                     pendings: Mapping[tuple[str, int], tuple[str, Pending]],
                     context: _Context) -> list[tuple[str, int]]:
     """The computed sites to drop because a helper they would take out of the text is read
-    elsewhere (another test, an unheld site, a string naming it): until none is."""
+    elsewhere (another test, an unheld site, a string naming it), or a local whose value
+    they would take out is read where nothing is held: until none is."""
     uses, _, _ = context.get()
     strings = context.strings()
     keep = {(t, i) for t, sites in found.items() for i in sites}
@@ -1331,6 +1335,13 @@ def _read_elsewhere(found: Mapping[str, Mapping[int, Recorded]],
                    re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text)
                    for text in strings if name in text)}
         drop = {key for key in keep if pendings[key][1].helpers & bad}
+        readers: Counter[tuple[str, int]] = Counter()  # (test, binding) -> held reads
+        for key in keep:
+            pend = pendings[key][1]
+            if pend.binding is not None:
+                readers[(key[0], id(pend.binding))] += 1
+        drop |= {key for key in keep if pendings[key][1].binding is not None
+                 and readers[(key[0], id(pendings[key][1].binding))] != pendings[key][1].reads}
         if not drop:
             return dropped
         keep -= drop

@@ -56,6 +56,20 @@ def test_builtin_on_inputs():
     assert total(xs) == sum(xs)
 
 
+def test_read_twice():
+    xs = [3, 1, 2]
+    expected = sum(xs)
+    assert total(xs) == expected
+    assert total(list(reversed(xs))) == expected
+
+
+def test_read_elsewhere():
+    xs = [3, 1, 2]
+    expected = sum(xs)
+    assert total(xs) == expected
+    print(expected)
+
+
 def test_reversed():
     assert calendar.isleap(2024) == is_leap(2024)
 
@@ -131,10 +145,12 @@ def test_calibration_holds_only_values_another_process_computed_alike():
     sites = held.candidates({PATH: TESTS}, [PATH], solution=SOLUTION)
     computed = {t: s for t, s in sites.items() if t.rpartition("::")[2] in (
         "test_oracle_local", "test_library_oracle", "test_builtin_on_inputs",
-        "test_time_dependent", "test_shared_helper", "test_now")}
+        "test_time_dependent", "test_shared_helper", "test_now", "test_read_twice",
+        "test_read_elsewhere")}
     values = {_id("test_oracle_local"): [6, 16], _id("test_library_oracle"): [False, True],
               _id("test_builtin_on_inputs"): [6], _id("test_shared_helper"): [8],
-              _id("test_time_dependent"): ["/tmp/a/test0"], _id("test_now"): [123]}
+              _id("test_time_dependent"): ["/tmp/a/test0"], _id("test_now"): [123],
+              _id("test_read_twice"): [6], _id("test_read_elsewhere"): [6]}
     probes = _probes(computed, values)
     # the starter computed the same expectations, but another tmp path and another time
     starter = _probes(computed, {**values, _id("test_time_dependent"): ["/tmp/b/test0"],
@@ -144,7 +160,11 @@ def test_calibration_holds_only_values_another_process_computed_alike():
     kept = held.calibrated(computed, {PATH: TESTS}, probes, list(computed), solution=SOLUTION,
                            witness=probes, others=[starter], recorded=recorded)
     names = {t.rpartition("::")[2] for t in kept}
-    assert names == {"test_oracle_local", "test_library_oracle", "test_builtin_on_inputs"}, names
+    # a local read by two held sites is held at both; one read where nothing is held (a
+    # print) would see None: not held
+    assert names == {"test_oracle_local", "test_library_oracle", "test_builtin_on_inputs",
+                     "test_read_twice"}, names
+    assert len(kept[_id("test_read_twice")]) == 2
     # `shared` is read by another test as an input: taking it out would break that test
     assert _id("test_shared_helper") not in kept
     oracle = recorded[_id("test_oracle_local")]
