@@ -40,6 +40,9 @@ class RecordingProxy:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
+            # listening from here on: a client that read `url` (the CLI prints it before
+            # serving) waits in the backlog instead of being refused until uvicorn starts
+            self._sock.listen(128)
         except OSError as exc:
             self._sock.close()
             raise ConfigError(f"cannot listen on {host}:{port} ({exc})") from exc

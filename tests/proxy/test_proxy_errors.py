@@ -75,3 +75,16 @@ def test_an_unreachable_model_server_is_a_502_and_not_recorded(client_for):
 def test_the_proxy_serves_on_loopback_only():
     with pytest.raises(ConfigError, match="loopback"):
         RecordingProxy(VLLMBackend("http://127.0.0.1:1"), host="0.0.0.0")
+
+
+def test_a_proxy_accepts_connections_from_the_moment_it_has_a_url():
+    # the CLI prints the URL before it serves: a client connecting in between must wait in
+    # the backlog, not be refused (a CI run once lost that race)
+    import socket
+
+    proxy = RecordingProxy(VLLMBackend("http://127.0.0.1:1", timeout=5))
+    try:
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5):
+            pass
+    finally:
+        proxy._sock.close()
