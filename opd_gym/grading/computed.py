@@ -14,9 +14,11 @@ both runs: the site emits the solution's value, the local bound to the expectati
 frame reader nor a caller of the oracle finds the answer.
 
 What may be held (static, `pending`): `==`/`!=` (and unittest's equalities) with the
-solution's call on the left and, on the right, a computation (a call) that reaches no solution
+solution's value on one side and, on the other, an expression that is no literal (a call, an
+operator: `[values]`, `['neg'] * 5`, or a local bound once to one) and reaches no solution
 name, reads the test's locals only where the solution side reads them too (its inputs: never a
-projection such as `case["want"]` or `case.want`, which would hand the answer in), and
+projection such as `case["want"]` or `case.want`, which would hand the answer in, and never
+the local the solution side reads as it is, a round trip such as `f(data) == data`), and
 otherwise only builtins, imported modules that are no test or solution module, and functions
 of the test module that read nothing else (taken out of the text in grades). Its value is
 plain builtin data; a site in a `for` loop is held per iteration (the reference's count).
@@ -205,6 +207,14 @@ def _binding(name: str, function: ast.AST, statement: ast.stmt, body: list[ast.s
     return None
 
 
+def _is_literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
 def _root(node: ast.expr) -> ast.expr:
     while isinstance(node, ast.Attribute | ast.Subscript):
         node = node.value
@@ -222,6 +232,9 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     value = expected
     reads = 1
     if isinstance(expected, ast.Name):
+        if any(isinstance(n, ast.Name) and n.id == expected.id
+               for n in ast.walk(solution_side)):
+            return None  # a round trip (`f(data) == data`): the input is the expectation
         bound = _binding(expected.id, function, statement, body)
         if bound is None:
             return None
@@ -230,9 +243,8 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     if any(isinstance(n, _NOT_IN_VALUE) for n in ast.walk(value)) or any(
             isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in ast.walk(solution_side)):
         return None
-    if not any(isinstance(n, ast.Call) for n in ast.walk(value)) or not any(
-            isinstance(n, ast.Call) for n in ast.walk(solution_side)):
-        return None
+    if binding is None and _is_literal(value):
+        return None  # a literal site (held.parts), never a computed one
     judge = facts.judge_for(function)
     if judge.value(solution_side) != sol or judge.value(value) == sol:
         return None

@@ -294,11 +294,24 @@ _FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.Wit
          ast.AsyncWith, ast.Match)
 
 
+def _labels(function: ast.AST) -> set[int]:
+    """The names a subTest block only labels its reports with (`self.subTest(want=want)`,
+    `subtests.test(msg=want)`): a placeholder there changes a failure's label, no verdict."""
+    return {id(a) for node in ast.walk(function) if isinstance(node, ast.With) and _subtest(
+        node) for a in [*node.items[0].context_expr.args,  # type: ignore[attr-defined]
+                        *(k.value for k in node.items[0].context_expr.keywords)]  # type: ignore
+            if isinstance(a, ast.Name)}
+
+
 def _bound_once_read_once(name: str, function: ast.AST, store: ast.AST) -> ast.Name | None:
-    """The one load of `name` in the test where `store` (a loop target) is its only binding."""
+    """The one load of `name` in the test where `store` (a loop target) is its only binding
+    (besides subTest labels)."""
     loads: list[ast.Name] = []
+    labels = _labels(function)
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and node.id == name:
+            if id(node) in labels:
+                continue
             if isinstance(node.ctx, ast.Load):
                 loads.append(node)
             elif node is not store:

@@ -105,6 +105,17 @@ def test_time_dependent(tmp_path):
 
 def test_now():
     assert echo(1) == datetime.datetime.now().microsecond
+
+
+def test_operators_only():
+    actual = double(5)
+    expected = 5 * 2
+    assert actual == expected
+
+
+def test_round_trip():
+    data = [3, 1]
+    assert total(data) == data
 '''
 PATH = "test_calc.py"
 
@@ -119,12 +130,13 @@ def test_sites_comparing_with_what_the_test_computes_are_candidates():
     # held: an oracle bound to a local, a library oracle in a loop, a builtin over inputs, a
     # test function whose readers are not yet known (calibration drops it: see below)
     assert {"test_oracle_local", "test_library_oracle", "test_builtin_on_inputs",
-            "test_shared_helper", "test_time_dependent", "test_reversed"} <= names, names
+            "test_shared_helper", "test_time_dependent", "test_reversed",
+            "test_operators_only"} <= names, names
     # never: the answer handed in (a fixture), a projection of an input, module data, the
     # solution reached on the expected side, a value only time tells (datetime is no input
     # but is computed: calibration, not this, rules it out)
     assert not {"test_fixture_value", "test_projection", "test_module_data",
-                "test_reaches_the_solution"} & names, names
+                "test_reaches_the_solution", "test_round_trip"} & names, names
     # and nothing without the solution's modules (the old behaviour)
     assert not {"test_oracle_local", "test_library_oracle"} & {
         t.rpartition("::")[2] for t in held.candidates({PATH: TESTS}, [PATH])}
