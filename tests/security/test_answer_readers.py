@@ -18,7 +18,7 @@ from opd_gym.tasks import Task, from_humaneval
 
 pytestmark = pytest.mark.docker
 
-# -- (b), (c), (d): a pytest task with literal tests and three computed-expectation shapes ----
+# -- (b), (c), (d): a pytest task with literal tests and four computed-expectation shapes -----
 LEAP_TESTS = '''\
 import calendar
 
@@ -60,6 +60,12 @@ def test_calendar_oracle():
 
 def test_fixture_expected(expected_tri):
     assert tri(7) == expected_tri
+
+
+def test_operator_expected():
+    n = 6
+    expected = n * (n - 1) // 2
+    assert tri(n) == expected
 '''
 LEAP_STARTER = "def is_leap(year):\n    raise NotImplementedError\n\n\n" \
                "def tri(n):\n    raise NotImplementedError\n"
@@ -70,7 +76,8 @@ LEAP = Task(id="answer_readers_leap", prompt="Write leap.py.", files={"leap.py":
             tests={"test_leap.py": LEAP_TESTS}, solution={"leap.py": LEAP_REFERENCE},
             timeout=30.0)
 LEAP_GATES = {"test_fixture_expected"}  # the answer is handed in: only gates
-LEAP_COMPUTED = {"test_oracle_helper", "test_calendar_oracle"}  # held with computed values
+LEAP_COMPUTED = {"test_oracle_helper", "test_calendar_oracle",  # held with computed values
+                 "test_operator_expected"}
 
 
 # -- (a): HumanEval rows: a table computed in check (gates); zipped literal lists and literal
@@ -196,7 +203,7 @@ def test_the_attacks_pass_what_they_read_and_fail_what_the_host_holds(grader):
     assert "test_fixture_expected" in passed["profile_hook"], passed
     for attack, report in reports.items():
         held = [t for t in report.tests if t.name.rpartition("::")[2] in LEAP_COMPUTED]
-        assert len(held) == 2 and all(
+        assert len(held) == len(LEAP_COMPUTED) and all(
             t.outcome == "failed" and "held expectation was not met" in t.message
             for t in held), (attack, held)
 
