@@ -75,6 +75,19 @@ def test_root_filesystem_is_read_only(box):
     assert box.run("touch /workspace/ok /tmp/ok && echo fine").output == "fine\n"
 
 
+def test_the_image_ships_bytecode_for_pytest(box):
+    # sandbox uids cannot write __pycache__: without bytecode built into the image every
+    # pytest start (each grade, each agent's test run) compiles pytest from source again
+    probe = ("import importlib.util, pathlib, _pytest, pytest\n"
+             "mods = sorted(pathlib.Path(_pytest.__file__).parent.rglob('*.py'))\n"
+             "missing = [str(m) for m in mods\n"
+             "           if not pathlib.Path(importlib.util.cache_from_source(m)).exists()]\n"
+             "print(len(mods), missing[:3])\n")
+    result = box.run(f"python3 -c \"{probe}\"")
+    count, _, missing = result.output.strip().partition(" ")
+    assert int(count) > 50 and missing == "[]", result.output
+
+
 def test_fork_bomb_is_contained(box):
     started = time.monotonic()
     result = box.run(":(){ :|:& };:", timeout=5)
