@@ -27,12 +27,12 @@ plain builtin data; a site in a `for` loop is held per iteration (the reference'
 from __future__ import annotations
 
 import ast
-import builtins
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from opd_gym.grading.canary import _BUILTINS
+
 EXPECTED = -1000  # the emission index of site i's expected side: EXPECTED - i
-_BUILTINS = frozenset(dir(builtins))
 _NOT_IN_VALUE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
                  ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred)
 _NOT_IN_SOLUTION_SIDE = (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)
@@ -63,10 +63,6 @@ class Pending:
     loop: bool
     text: str  # ast.unparse(value): what calibration recorded the value of
     reads: int = 1  # how often the test reads the bound local (each read must be held)
-
-    @property
-    def name(self) -> str:  # no parametrize column or data name: nothing of the table held
-        return ""
 
 
 @dataclass(frozen=True)
