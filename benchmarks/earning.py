@@ -52,8 +52,8 @@ def counts(tasks: list[Task]) -> tuple[Counter[str], Counter[str]]:
         # a test comparing with what it computes earns through a held computed site (its
         # canary's `earns` is False: without holding, a reader would pass it)
         computed = {t for t, s in holdable.items() if len(s) > len(literal.get(t, ()))}
-        held = [t for t, c in canaries.canaries.items()
-                if t in holdable and (c.earns or t in computed)]
+        held = [t for t in canaries.tests if t in holdable and (
+            t in computed or t in canaries.canaries and canaries.canaries[t].earns)]
         total.update(tasks=1, tests=len(canaries.tests), canaried=len(canaries.canaries),
                      safe=len(safe), verifiable=bool(safe), held=len(held),
                      held_verifiable=bool(held), with_hold=len(held) if held else len(safe),

@@ -87,9 +87,45 @@ def _literal(node: ast.AST) -> object:
         return _NO
 
 
-def _split(statement: ast.stmt) -> tuple[ast.expr, str, ast.expr] | None:
+def asserts_equal(function: ast.AST) -> bool:
+    """A test helper that only asserts its two arguments equal, printing them first at most
+    (`def assert_equal(expected, result): print(...); assert expected == result`): a call of
+    it is `assert a == b`, whatever its name."""
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+        return False
+    args = function.args
+    if args.posonlyargs or args.vararg or args.kwonlyargs or args.kwarg or args.defaults \
+            or len(args.args) != 2:
+        return False
+    body = function.body[1:] if isinstance(function.body[0], ast.Expr) and isinstance(
+        function.body[0].value, ast.Constant) else function.body  # a docstring
+    if not body or any(isinstance(n, ast.NamedExpr | ast.Await | ast.Yield | ast.YieldFrom
+                                  | ast.Lambda) for s in body for n in ast.walk(s)):
+        return False
+    *before, last = body
+    if not all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(
+            s.value.func, ast.Name) and s.value.func.id == "print" for s in before):
+        return False
+    if not isinstance(last, ast.Assert) or last.msg is not None \
+            and not isinstance(last.msg, ast.Constant):
+        return False
+    test = last.test
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 \
+        and isinstance(test.ops[0], ast.Eq) and isinstance(test.left, ast.Name) \
+        and isinstance(test.comparators[0], ast.Name) \
+        and {test.left.id, test.comparators[0].id} == {a.arg for a in args.args}
+
+
+def _split(statement: ast.stmt, equalities: Collection[str] = ()
+           ) -> tuple[ast.expr, str, ast.expr] | None:
     """(left, operator, right) of an equality or identity assertion (`assert a == b`, `assert
-    not (a == b)` as `!=`, unittest's `assertEqual(a, b)`), or None."""
+    not (a == b)` as `!=`, unittest's `assertEqual(a, b)`, a call `f(a, b)` of one of the
+    module's `equalities`: helpers that only assert their arguments equal), or None."""
+    if isinstance(statement, ast.Expr) and isinstance(call := statement.value, ast.Call) \
+            and isinstance(call.func, ast.Name) and call.func.id in equalities \
+            and len(call.args) == 2 and not call.keywords \
+            and not any(isinstance(a, ast.Starred) for a in call.args):
+        return call.args[0], "==", call.args[1]
     test = statement.test if isinstance(statement, ast.Assert) else None
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
     if negated:  # `assert not (x == E)`, e.g. a negated canary: `x != E`
@@ -108,13 +144,14 @@ def _split(statement: ast.stmt) -> tuple[ast.expr, str, ast.expr] | None:
 
 
 def parts(statement: ast.stmt, columns: Collection[str] = (),
-          data: Mapping[str, Data] | None = None) -> tuple[ast.expr, str, object] | None:
+          data: Mapping[str, Data] | None = None, equalities: Collection[str] = ()
+          ) -> tuple[ast.expr, str, object] | None:
     """(solution-side expression, operator, literal value) of a holdable assertion; with
     `columns` (parametrize arguments the test reads only there), `Column(name)` stands for
     the value where the expectation is one of them (`==`/`!=` only); with `data` (names
     of literal data the test reads only there: a loop's expected column, a module or local
-    constant), its `Data` does likewise."""
-    split = _split(statement)
+    constant), its `Data` does likewise; `equalities`: as `_split`."""
+    split = _split(statement, equalities)
     if split is None:
         return None
     left, op, right = split
@@ -703,6 +740,7 @@ class _Context:
         self._strings: list[str] | None = None
         self._facts: dict[str, _computed.ModuleFacts | None] = {}
         self._fixtures: dict[str, bool] | None = None
+        self._equalities: dict[str, frozenset[str]] = {}
 
     def facts(self, path: str) -> _computed.ModuleFacts | None:
         """What holding a computed expectation needs of module `path` (None: unparsable)."""
@@ -718,6 +756,49 @@ class _Context:
                 self._facts[path] = _computed.ModuleFacts(
                     tree, self.solution, hidden, lambda f: _Judge(f, origins, ()))
         return self._facts[path]
+
+    def equalities(self, path: str) -> frozenset[str]:
+        """The names module `path` calls helpers that only assert their arguments equal
+        (`asserts_equal`) by: its own functions, or ones it imports from a hidden module
+        (`from common import assert_equal`), each name bound once in the module."""
+        if path in self._equalities:
+            return self._equalities[path]
+        tree = self.tree(path)
+        found: set[str] = set()
+        bound: Counter[str] = Counter()
+        for node in tree.body if tree is not None else ():
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                bound[node.name] += 1
+                if asserts_equal(node):
+                    found.add(node.name)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                for alias in node.names:
+                    bound[alias.asname or alias.name.partition(".")[0]] += 1
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    other = self._module_file(path, node.module, node.level)
+                    tree_of = self.tree(other) if other is not None else None
+                    defs = {n.name: n for n in tree_of.body if isinstance(
+                        n, ast.FunctionDef)} if tree_of is not None else {}
+                    found.update(alias.asname or alias.name for alias in node.names
+                                 if asserts_equal(defs.get(alias.name)))
+            else:
+                bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                             and not isinstance(n.ctx, ast.Load))
+        self._equalities[path] = frozenset(n for n in found if bound[n] == 1)
+        return self._equalities[path]
+
+    def _module_file(self, path: str, module: str, level: int) -> str | None:
+        """The hidden file `from <module> import ...` in `path` reads, where one file can be
+        it (`common` from `test/test_x.py`: `test/common.py`), else None."""
+        tail = module.replace(".", "/")
+        if level:
+            base = path.split("/")[:-level]
+            wanted = {"/".join([*base, f"{tail}.py"]), "/".join([*base, tail, "__init__.py"])}
+            found = [p for p in self.sources if p in wanted]
+        else:
+            found = [p for p in self.sources if p.endswith(".py") and (
+                f"/{p}".endswith(f"/{tail}.py") or f"/{p}".endswith(f"/{tail}/__init__.py"))]
+        return found[0] if len(found) == 1 else None
 
     def helper_text(self, path: str, name: str) -> str | None:
         """The source of the module's top-level function `name` in this run's text."""
@@ -796,6 +877,7 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
         params = {} if hooks else _param_tests(tree, path, uses, referenced)
     found: _Found = {}
     reader = _DataReader(tree, context)
+    equalities = context.equalities(path)
     for test_id, function, owner in _collected(tree, path):
         original = clones.get(test_id, test_id)
         if test_id != owner or held is not None and original not in held:
@@ -816,10 +898,10 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                     assigned = reader.assigned(function) if test_id == original else []
                 data = {**constants, **next((names for owner, names in assigned if any(
                     s is statement for s in owner.body)), {})}
-                p = parts(statement, columns, data)
+                p = parts(statement, columns, data, equalities)
             elif statement is not None and test_id == original:
                 data = reader.loop(function, loop, statement)  # type: ignore[arg-type]
-                p = parts(statement, (), data) if data else None
+                p = parts(statement, (), data, equalities) if data else None
                 if p is not None and not isinstance(p[2], Data):
                     p = None  # in a loop only a column of its rows is held
             if p is None and statement is not None and test_id == original and param is None:
@@ -861,7 +943,7 @@ def _computed_parts(context: _Context, path: str, function: ast.AST, statement: 
     """(solution side, operator, Pending) of a site comparing with a value the test computes
     (computed.py); in a grade (`context.computed` set) only as calibration recorded it: the
     same expected text and the same helper functions' text in this run."""
-    split = _split(statement)
+    split = _split(statement, context.equalities(path))
     facts = context.facts(path) if split is not None else None
     if split is None or facts is None:
         return None

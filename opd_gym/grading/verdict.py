@@ -395,9 +395,9 @@ class Calibration:
     def _earns_unheld(self, nodeid: str) -> bool:
         canary = self.canaries.canaries.get(base_id(nodeid))
         # a test comparing with what it computes earns where the host holds that value: the
-        # answer is nowhere in the sandbox (computed.py)
+        # answer is nowhere in the sandbox (computed.py), with or without a canary of its own
         computed = base_id(nodeid) in (self.computed or {})
-        return (canary is not None and (canary.earns or computed) and nodeid not in self.invalid
+        return ((canary is not None and canary.earns or computed) and nodeid not in self.invalid
                 and nodeid not in self.neutral and nodeid not in self.starter_passed
                 and nodeid not in self.null_passed)
 

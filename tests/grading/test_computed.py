@@ -273,3 +273,102 @@ def test_expectations_that_differ_between_processes_are_never_held_against_an_ho
         report = docker_grader.grade(PROCESS_TASK, {"calc.py": PROCESS_TASK.solution[
             "calc.py"].encode()})
         assert report.score == 1.0 and report.all_passed, (report.reason, report.tests)
+
+
+HELPER_COMMON = '''\
+def assert_equal(expected, result):
+    """Print both, then compare."""
+    print("Expected:\\n%r\\n" % (expected,))
+    print("Got:\\n%r\\n" % (result,))
+    assert expected == result
+
+
+def assert_stripped(expected, result):
+    assert expected.strip() == result.strip()
+
+
+def assert_first(a, b, c):
+    assert a == b
+'''
+HELPER_TESTS = '''\
+from common import assert_equal, assert_first, assert_stripped
+
+from calc import render
+
+
+def local_equal(a, b):
+    assert b == a
+
+
+def test_imported_helper():
+    expected = "\\n".join(["a", "b"])
+    result = render()
+    assert_equal(expected, result)
+
+
+def test_literal_through_helper():
+    assert_equal("a\\nb", render())
+
+
+def test_local_helper():
+    local_equal(render(), "ab" + "c")
+
+
+def test_normalising_helper():
+    expected = "\\n".join(["a", "b"])
+    assert_stripped(expected, render())
+
+
+def test_three_arguments():
+    expected = "\\n".join(["a", "b"])
+    assert_first(expected, render(), 0)
+'''
+
+
+def test_helpers_that_only_assert_equality_are_equality_sites():
+    # a suite's own `assert_equal(expected, result)` (tabulate's test/common.py: print both,
+    # then `assert expected == result`) is `assert expected == result`, whatever its name;
+    # a helper that normalises first, or takes more arguments, is not
+    sources = {"test/common.py": HELPER_COMMON, "test/test_render.py": HELPER_TESTS}
+    found = held.candidates(sources, ["test/test_render.py"], solution=SOLUTION | {"calc"})
+    names = {t.rpartition("::")[2] for t in found}
+    assert names == {"test_imported_helper", "test_literal_through_helper",
+                     "test_local_helper"}, names
+    # a grade's text: the helper call becomes the emission, the literal and the computed
+    # expectation leave it
+    probes = {}
+    for test_id, indices in found.items():
+        for index in indices:
+            probes[test_id] = [(index, repr("a\nb"), True),
+                               (expected_index(index), repr("a\nb"), True)]
+    probes["test/test_render.py::test_local_helper"] = [
+        (i, repr("abc"), True) for i in (found["test/test_render.py::test_local_helper"][0],
+                                         expected_index(found[
+                                             "test/test_render.py::test_local_helper"][0]))]
+    recorded: dict = {}
+    kept = held.calibrated(found, sources, probes, list(found), solution={"calc"},
+                           witness=probes, recorded=recorded)
+    assert set(kept) == set(found), kept
+    runs = held.rewrite((sources, sources), kept, ((), ()), solution={"calc"},
+                        computed=recorded)
+    text = runs.files[0]["test/test_render.py"]
+    compile(text, "test_render.py", "exec")
+    assert "assert_equal(" not in text.split("def local_equal")[1] and "a\\nb" not in text
+    assert '"ab" + "c"' not in text and "expected = None" in text
+    assert 'hold(' in text and "assert_stripped(expected, render())" in text
+
+
+def test_what_counts_as_an_equality_helper():
+    import ast
+
+    def helper(text: str) -> bool:
+        return held.asserts_equal(ast.parse(text).body[0])
+
+    assert helper("def eq(a, b):\n    assert a == b\n")
+    assert helper("def eq(a, b):\n    '''doc'''\n    print(a)\n    assert b == a, 'differ'\n")
+    assert not helper("def eq(a, b):\n    assert a != b\n")
+    assert not helper("def eq(a, b):\n    a = a.strip()\n    assert a == b\n")
+    assert not helper("def eq(a, b=1):\n    assert a == b\n")
+    assert not helper("def eq(a, b):\n    print(a := 1)\n    assert a == b\n")
+    assert not helper("@decorated\ndef eq(a, b):\n    assert a == b\n")
+    assert not helper("def eq(a, b):\n    assert a == b\n    return a\n")

@@ -18,7 +18,7 @@ from opd_gym.tasks import Task, from_humaneval
 
 pytestmark = pytest.mark.docker
 
-# -- (b), (c), (d): a pytest task with literal tests and four computed-expectation shapes -----
+# -- (b), (c), (d): a pytest task with literal tests and five computed-expectation shapes -----
 LEAP_TESTS = '''\
 import calendar
 
@@ -66,6 +66,16 @@ def test_operator_expected():
     n = 6
     expected = n * (n - 1) // 2
     assert tri(n) == expected
+
+
+def check_equal(expected, got):
+    print("expected", expected)
+    assert expected == got
+
+
+def test_helper_assertion():
+    expected = oracle(4)
+    check_equal(expected, tri(4))
 '''
 LEAP_STARTER = "def is_leap(year):\n    raise NotImplementedError\n\n\n" \
                "def tri(n):\n    raise NotImplementedError\n"
@@ -77,7 +87,7 @@ LEAP = Task(id="answer_readers_leap", prompt="Write leap.py.", files={"leap.py":
             timeout=30.0)
 LEAP_GATES = {"test_fixture_expected"}  # the answer is handed in: only gates
 LEAP_COMPUTED = {"test_oracle_helper", "test_calendar_oracle",  # held with computed values
-                 "test_operator_expected"}
+                 "test_operator_expected", "test_helper_assertion"}
 
 
 # -- (a): HumanEval rows: a table computed in check (gates); zipped literal lists and literal
