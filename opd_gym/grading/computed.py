@@ -30,7 +30,7 @@ import ast
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from opd_gym.grading.canary import _BUILTINS
+from opd_gym.grading.canary import _BUILTINS, _NO, _literal
 
 EXPECTED = -1000  # the emission index of site i's expected side: EXPECTED - i
 _NOT_IN_VALUE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
@@ -203,14 +203,6 @@ def _binding(name: str, function: ast.AST, statement: ast.stmt, body: list[ast.s
     return None
 
 
-def _is_literal(node: ast.expr) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
-
-
 def _root(node: ast.expr) -> ast.expr:
     while isinstance(node, ast.Attribute | ast.Subscript):
         node = node.value
@@ -239,7 +231,7 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     if any(isinstance(n, _NOT_IN_VALUE) for n in ast.walk(value)) or any(
             isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in ast.walk(solution_side)):
         return None
-    if binding is None and _is_literal(value):
+    if binding is None and _literal(value) is not _NO:
         return None  # a literal site (held.parts), never a computed one
     judge = facts.judge_for(function)
     if judge.value(solution_side) != sol or judge.value(value) == sol:

@@ -43,6 +43,7 @@ from typing import Any
 from opd_gym import pyast
 from opd_gym.grading import computed as _computed
 from opd_gym.grading.canary import (
+    _NO,
     _SOL,
     _apply,
     _argnames,
@@ -51,6 +52,7 @@ from opd_gym.grading.canary import (
     _fixtures,
     _id_part,
     _Judge,
+    _literal,
     _Module,
     _Origins,
     _runs_under_one_id,
@@ -71,20 +73,11 @@ ROWS = "rows"  # the operator of a loop site's expectation: ((op, value) per row
 _EQUAL = {"assertEqual": "==", "assertEquals": "==", "assertNotEqual": "!=",
           "assertNotEquals": "!=", "assertListEqual": "==", "assertTupleEqual": "==",
           "assertDictEqual": "==", "assertSetEqual": "==", "assertMultiLineEqual": "=="}
-_NO = object()
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not"}
 _NOT = {"==": "!=", "!=": "==", "is": "is not", "is not": "is"}
 NEVER = "never"  # the operator of an expectation nothing meets
 _UNKNOWN = -2  # the site of a test held per case: its id alone names no case
 _Parts = tuple[ast.expr, str, object]
-
-
-def _literal(node: ast.AST) -> object:
-    """The value of a literal expression (no names, no calls), or _NO."""
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _NO
 
 
 def asserts_equal(function: ast.AST) -> bool:
