@@ -590,22 +590,29 @@ class _Module:
                 if isinstance(node.value, ast.List | ast.Tuple):
                     self.tables[node.targets[0].id] = node.value
 
-    def table(self, node: ast.expr) -> ast.List | ast.Tuple | None:
-        """`node` as a literal list of rows: inline, or a module-level constant that nothing
-        but this one use reads (a table shared by several tests is never perturbed)."""
+    def table(self, node: ast.expr, local: Mapping[str, ast.expr] | None = None
+              ) -> ast.List | ast.Tuple | None:
+        """`node` as a literal list of rows: inline, one of the test's own `local` tables
+        (`local_tables`), or a module-level constant that nothing but this one use reads (a
+        table shared by several tests is never perturbed)."""
         if isinstance(node, ast.Name):
-            if self.uses[node.id] != 1:
+            if local and node.id in local:
+                node = local[node.id]
+            elif self.uses[node.id] != 1:
                 return None
-            node = self.tables.get(node.id)
+            else:
+                node = self.tables.get(node.id)  # type: ignore[assignment]
         if isinstance(node, ast.List | ast.Tuple) and node.elts and _literal(node) is not _NO:
             return node
         return None
 
-    def rows(self, node: ast.expr, width: int) -> list[list[ast.expr]] | None:
+    def rows(self, node: ast.expr, width: int, local: Mapping[str, ast.expr] | None = None
+             ) -> list[list[ast.expr]] | None:
         """The cells of each row a loop `for <width names> in node` reads from literal data:
         a table (`for a, b in TABLE`, inline too), `NAME.items()` of a literal dict, or
-        `zip(A, B)` of two literal lists of one length (each name read only there)."""
-        table = self.table(node)
+        `zip(A, B)` of two literal lists of one length (each name read only there; `local`:
+        the test's own tables, see `local_tables`)."""
+        table = self.table(node, local)
         if table is not None:
             if width == 1:
                 return [[row] for row in table.elts]
@@ -618,7 +625,9 @@ class _Module:
         if isinstance(node.func, ast.Attribute) and node.func.attr == "items" \
                 and not node.args:
             source = node.func.value
-            if isinstance(source, ast.Name) and self.uses[source.id] == 1 \
+            if isinstance(source, ast.Name) and local and source.id in local:
+                source = local[source.id]
+            elif isinstance(source, ast.Name) and self.uses[source.id] == 1 \
                     and source.id in self.values:
                 source = self.values[source.id].value
             if isinstance(source, ast.Dict) and source.keys and None not in source.keys \
@@ -628,7 +637,7 @@ class _Module:
             return None
         if isinstance(node.func, ast.Name) and node.func.id == "zip" \
                 and not self.assigned["zip"] and len(node.args) == 2:
-            columns = [self.table(a) for a in node.args]
+            columns = [self.table(a, local) for a in node.args]
             if columns[0] is not None and columns[1] is not None \
                     and len(columns[0].elts) == len(columns[1].elts):
                 return [list(pair) for pair in zip(columns[0].elts, columns[1].elts,
@@ -698,10 +707,47 @@ def _only_compared(name: str, function: ast.AST, compared: set[int],
     return bool(mine) and len(mine) == loads[name] and all(id(n) in compared for n in mine)
 
 
+def binding_counts(function: ast.AST) -> tuple[Counter[str], Counter[str]]:
+    """(loads, stores) of each name anywhere in `function`; a parameter, an import, a def or
+    a `global`/`nonlocal` name counts as two stores (never a name bound once by assignment)."""
+    loads: Counter[str] = Counter()
+    stores: Counter[str] = Counter()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name):
+            (loads if isinstance(node.ctx, ast.Load) else stores)[node.id] += 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] += 2
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            stores.update({n: 2 for n in node.names})
+        elif isinstance(node, ast.alias):
+            stores[node.asname or node.name.partition(".")[0]] += 2
+        elif isinstance(getattr(node, "name", None), str):  # defs, except, match names
+            stores[node.name] += 2  # type: ignore[attr-defined]
+    return loads, stores
+
+
+def local_tables(function: ast.AST) -> dict[str, ast.expr]:
+    """{NAME: literal} of the test's own tables: `NAME = <literal list, tuple or dict>`, a
+    statement of the test's body, NAME's only binding in the test and read once in it (by
+    the loop over it: `test_pairs = (...); for name, want in test_pairs: ...`)."""
+    loads, stores = binding_counts(function)
+    out = {}
+    for statement in getattr(function, "body", ()):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                and isinstance(statement.targets[0], ast.Name) \
+                and isinstance(statement.value, ast.List | ast.Tuple | ast.Dict):
+            name = statement.targets[0].id
+            if loads[name] == 1 and stores[name] == 1 and _literal(statement.value) is not _NO:
+                out[name] = statement.value
+    return out
+
+
 def _loop_sites(function: ast.AST, module: _Module) -> list[_Site]:
     """`for a, expected in TABLE: assert f(a) == expected` (also `NAME.items()`,
-    `zip(A, B)`, see `_Module.rows`): one row's expected value changed."""
+    `zip(A, B)`, a table of the test's own, see `_Module.rows`): one row's expected value
+    changed."""
     compared, loads = _compared_names(function)
+    local = local_tables(function)
     sites = []
     for node in _own(function):
         if not isinstance(node, ast.For) or not isinstance(node.target, ast.Tuple | ast.Name):
@@ -709,8 +755,8 @@ def _loop_sites(function: ast.AST, module: _Module) -> list[_Site]:
         names = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
         if not all(isinstance(n, ast.Name) for n in names):
             continue
-        rows = module.rows(node.iter, len(names)) if isinstance(node.target, ast.Tuple) \
-            else module.rows(node.iter, 1)
+        rows = module.rows(node.iter, len(names) if isinstance(node.target, ast.Tuple)
+                           else 1, local)
         if rows is None:
             continue
         for index, target in enumerate(names):

@@ -57,6 +57,8 @@ from opd_gym.grading.canary import (
     _Origins,
     _runs_under_one_id,
     _Source,
+    binding_counts,
+    local_tables,
     module_names,
     parse,
 )
@@ -431,19 +433,7 @@ class _DataReader:
         """(function, {NAME: Data}) of the test's locals `NAME = <literal>`: a statement of
         that function's own body (the test's or a helper's), NAME's only binding in the test,
         and read once in it."""
-        loads: Counter[str] = Counter()
-        stores: Counter[str] = Counter()
-        for node in ast.walk(function):
-            if isinstance(node, ast.Name):
-                (loads if isinstance(node.ctx, ast.Load) else stores)[node.id] += 1
-            elif isinstance(node, ast.arg):
-                stores[node.arg] += 2
-            elif isinstance(node, ast.Global | ast.Nonlocal):
-                stores.update({n: 2 for n in node.names})
-            elif isinstance(node, ast.alias):
-                stores[node.asname or node.name.partition(".")[0]] += 2
-            elif isinstance(getattr(node, "name", None), str):  # defs, except, match names
-                stores[node.name] += 2  # type: ignore[attr-defined]
+        loads, stores = binding_counts(function)
         out = []
         for owner in ast.walk(function):
             if not isinstance(owner, ast.FunctionDef):
@@ -467,12 +457,17 @@ class _DataReader:
         target = loop.target
         names = target.elts if isinstance(target, ast.Tuple) else [target]
         if not all(isinstance(n, ast.Name) for n in names) or len(
-                {n.id for n in names}) != len(names) or not _once_per_row(loop, statement) \
-                or not self.usable():  # type: ignore[attr-defined]
+                {n.id for n in names}) != len(names) or not _once_per_row(loop, statement):
             return {}
-        rows = self.module().rows(loop.iter, len(names) if isinstance(target, ast.Tuple) else 1)
+        local = local_tables(function)
         iterated = [n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)
                     and n.id != "zip"]
+        # a table of the test's own needs no reader of locals; any other, none of data
+        own = bool(iterated) and all(name in local for name in iterated)
+        if not self.usable(_LOCAL_READERS if own else _DATA_READERS):
+            return {}
+        rows = self.module().rows(loop.iter, len(names) if isinstance(target, ast.Tuple) else 1,
+                                  local)
         if not rows or len(rows) > MAX_HELD or not self._unnamed(iterated):
             return {}
         out = {}

@@ -357,6 +357,20 @@ def test_local_expectation():
     assert f(0) == expected
 
 
+def test_local_table():
+    pairs = ((6, "six"), (7, "seven"))
+    for given, expected in pairs:
+        result = f(given)
+        assert expected == result
+
+
+def test_local_table_read_twice():
+    pairs = [(8, "eight")]
+    for given, expected in pairs:
+        assert f(given) == expected
+    assert len(pairs) == 1
+
+
 def test_empties():
     assert f(None) == []
     assert f(None) == ""
@@ -379,6 +393,12 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
     assert {o for _, o, _ in seen["test_module_table"]} == {'"one"', '"two"', '"three"'}
     assert {o for _, o, _ in seen["test_inline_loop"]} == {'"four"', '"five"'}
     assert {o for _, o, _ in seen["test_local_expectation"]} == {'"x"', '"y"'}
+    # a table of the test's own, bound once and read once by its loop, is one too
+    assert {(k, o) for k, o, _ in seen["test_local_table"]} == {("data", '"six"'),
+                                                                ("data", '"seven"')}
+    assert all(canaries.canaries[f"{path}::test_local_table"].earns for canaries in (
+        make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
+    assert "data" not in {k for k, _, _ in seen["test_local_table_read_twice"]}
     # a table two tests read is never perturbed: they get the complement only
     assert {k for k, _, _ in seen["test_shared_a"] | seen["test_shared_b"]} == {"operator"}
     empties = seen["test_empties"]
