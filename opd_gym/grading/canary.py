@@ -606,20 +606,35 @@ class _Module:
             return node
         return None
 
+    def _row_table(self, node: ast.expr, width: int, local: Mapping[str, ast.expr] | None
+                   ) -> ast.List | ast.Tuple | None:
+        """`node` as a table of rows of `width` cells, some of them expressions
+        (`(IntegerRGB(0, 0, 128), "#000080")`): inline, the test's own or a module table read
+        once (a reader of a column checks its cells are literals)."""
+        if isinstance(node, ast.Name):
+            if local and node.id in local:
+                node = local[node.id]
+            elif self.uses[node.id] != 1:
+                return None
+            else:
+                node = self.tables.get(node.id)  # type: ignore[assignment]
+        if isinstance(node, ast.List | ast.Tuple) and node.elts and all(
+                _row(r) and len(r.elts) == width for r in node.elts):  # type: ignore[attr-defined]
+            return node
+        return None
+
     def rows(self, node: ast.expr, width: int, local: Mapping[str, ast.expr] | None = None
              ) -> list[list[ast.expr]] | None:
         """The cells of each row a loop `for <width names> in node` reads from literal data:
         a table (`for a, b in TABLE`, inline too), `NAME.items()` of a literal dict, or
         `zip(A, B)` of two literal lists of one length (each name read only there; `local`:
         the test's own tables, see `local_tables`)."""
-        table = self.table(node, local)
+        if width == 1:
+            table = self.table(node, local)
+            return None if table is None else [[row] for row in table.elts]
+        table = self._row_table(node, width, local)
         if table is not None:
-            if width == 1:
-                return [[row] for row in table.elts]
-            if all(isinstance(r, ast.Tuple | ast.List) and len(r.elts) == width
-                   for r in table.elts):
-                return [list(r.elts) for r in table.elts]  # type: ignore[attr-defined]
-            return None
+            return [list(r.elts) for r in table.elts]  # type: ignore[attr-defined]
         if not isinstance(node, ast.Call) or node.keywords or width != 2:
             return None
         if isinstance(node.func, ast.Attribute) and node.func.attr == "items" \
@@ -726,6 +741,17 @@ def binding_counts(function: ast.AST) -> tuple[Counter[str], Counter[str]]:
     return loads, stores
 
 
+def _row(node: ast.AST) -> bool:
+    """A tuple or list of cells (any expressions, none starred): one row of a table."""
+    return isinstance(node, ast.Tuple | ast.List) and not any(
+        isinstance(c, ast.Starred) for c in node.elts)
+
+
+def literal_column(rows: list[list[ast.expr]], index: int) -> bool:
+    """Every row's cell `index` is a literal (a column a canary or the host may hold)."""
+    return all(_literal(row[index]) is not _NO for row in rows)
+
+
 def local_tables(function: ast.AST) -> dict[str, ast.expr]:
     """{NAME: literal} of the test's own tables: `NAME = <literal list, tuple or dict>`, a
     statement of the test's body, NAME's only binding in the test and read once in it (by
@@ -737,7 +763,9 @@ def local_tables(function: ast.AST) -> dict[str, ast.expr]:
                 and isinstance(statement.targets[0], ast.Name) \
                 and isinstance(statement.value, ast.List | ast.Tuple | ast.Dict):
             name = statement.targets[0].id
-            if loads[name] == 1 and stores[name] == 1 and _literal(statement.value) is not _NO:
+            if loads[name] == 1 and stores[name] == 1 and (
+                    _literal(statement.value) is not _NO or not isinstance(
+                        statement.value, ast.Dict) and all(map(_row, statement.value.elts))):
                 out[name] = statement.value
     return out
 
@@ -760,7 +788,8 @@ def _loop_sites(function: ast.AST, module: _Module) -> list[_Site]:
         if rows is None:
             continue
         for index, target in enumerate(names):
-            if not _only_compared(target.id, function, compared, loads):  # type: ignore[attr-defined]
+            if not _only_compared(target.id, function, compared, loads) \
+                    or not literal_column(rows, index):  # type: ignore[attr-defined]
                 continue
             constants = [c for row in rows for c in _expected(row[index])]
             if constants:

@@ -58,6 +58,7 @@ from opd_gym.grading.canary import (
     _runs_under_one_id,
     _Source,
     binding_counts,
+    literal_column,
     local_tables,
     module_names,
     parse,
@@ -473,7 +474,8 @@ class _DataReader:
         out = {}
         for column, name in enumerate(names):
             read = _bound_once_read_once(name.id, function, name)  # type: ignore[attr-defined]
-            if read is not None and any(n is read for n in ast.walk(statement)):
+            if read is not None and any(n is read for n in ast.walk(statement)) \
+                    and literal_column(rows, column):
                 out[name.id] = Data(name.id, True,  # type: ignore[attr-defined]
                                     tuple(row[column] for row in rows))
         return out

@@ -364,6 +364,18 @@ def test_local_table():
         assert expected == result
 
 
+def test_expression_inputs():
+    rows = [(int("9"), "nine"), (5 + 5, "ten")]
+    for given, expected in rows:
+        assert f(given) == expected
+
+
+def test_expression_expected():
+    rows = [(11, "ele" + "ven"), (12, "twelve")]
+    for given, expected in rows:
+        assert f(given) == expected
+
+
 def test_local_table_read_twice():
     pairs = [(8, "eight")]
     for given, expected in pairs:
@@ -399,6 +411,10 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
     assert all(canaries.canaries[f"{path}::test_local_table"].earns for canaries in (
         make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
     assert "data" not in {k for k, _, _ in seen["test_local_table_read_twice"]}
+    # input cells may be expressions; a column with one in it is no data site
+    assert {(k, o) for k, o, _ in seen["test_expression_inputs"]} == {("data", '"nine"'),
+                                                                      ("data", '"ten"')}
+    assert "data" not in {k for k, _, _ in seen["test_expression_expected"]}
     # a table two tests read is never perturbed: they get the complement only
     assert {k for k, _, _ in seen["test_shared_a"] | seen["test_shared_b"]} == {"operator"}
     empties = seen["test_empties"]

@@ -482,6 +482,18 @@ def test_local_table_read_twice():
     assert pairs
 
 
+def test_expression_inputs():
+    rows = [(int("36"), "thirty-six"), (6 * 6 + 1, "thirty-seven")]
+    for n, want in rows:
+        assert name(n) == want
+
+
+def test_expression_expected():
+    rows = [(38, "thirty-" + "eight")]
+    for n, want in rows:
+        assert name(n) == want
+
+
 def test_local_table_rebound():
     pairs = [(34, "thirty-four")]
     pairs = [(35, "thirty-five")]
@@ -491,9 +503,11 @@ def test_local_table_rebound():
 DATA_HELD = {"test_d.py::test_table": (2,), "test_d.py::test_inline": (1,),
              "test_d.py::test_items": (1,), "test_d.py::test_zip": (1,),
              "test_d.py::test_constant": (0,), "test_d.py::test_local": (1,),
-             "test_d.py::test_local_table": (3,), "test_d.py::test_local_items": (2,)}
+             "test_d.py::test_local_table": (3,), "test_d.py::test_local_items": (2,),
+             "test_d.py::test_expression_inputs": (2,)}
 DATA_VALUES = ('"one"', '"four"', '"nine"', '"two"', '"five"', '"three"', '"six"', '"seven"',
-               '"ten"', '"eleven"', '"twenty"', '"thirty"', '"thirty-one"', '"thirty-three"')
+               '"ten"', '"eleven"', '"twenty"', '"thirty"', '"thirty-one"', '"thirty-three"',
+               '"thirty-six"', '"thirty-seven"')
 
 
 def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates():
@@ -502,14 +516,15 @@ def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates()
     # read by its text, a branch or a nested loop before the site, a `break`, a message
     # reading the column, a `with` around the site, a literal in a loop, an argument
     # shadowing a module constant, a local bound twice or read in a closure, a table of the
-    # test's own read twice or bound twice: not held (one read once by its loop is)
+    # test's own read twice or bound twice, a column with an expression in it: not held (a
+    # table read once by its loop is, its input cells may be expressions)
     assert held.candidates(sources, ["test_d.py"]) == DATA_HELD
     assert held.parametrized(sources, ["test_d.py"]) == set(DATA_HELD)  # never cloned
     # `globals()` (or `vars`, `exec`, a frame's globals) anywhere in the module: no module
     # data held (a local still is); `locals()` (or a frame's locals): none
     reads = DATA_TESTS + "\n\ndef test_globals():\n    assert globals()\n"
     assert held.candidates({"test_d.py": reads}, ["test_d.py"]) == {
-        t: s for t, s in DATA_HELD.items() if "_local" in t}
+        t: s for t, s in DATA_HELD.items() if "_local" in t or "expression" in t}
     reads = DATA_TESTS + "\n\ndef test_locals():\n    assert not locals()\n"
     assert not held.candidates({"test_d.py": reads}, ["test_d.py"])
 
@@ -532,6 +547,7 @@ def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
     assert "EXPECTED = None" in real and "WORDS = {2: None, 5: None}" in real
     assert "    expected = None\n" in real
     assert "pairs = ((30, None), (31, None))" in real and "words = {33: None}" in real
+    assert 'rows = [(int("36"), None), (6 * 6 + 1, None)]' in real
     assert "hold(2, (got))" in real and "    for n, want in CASES:" in real
     rows = [("==", "one"), ("==", "four"), ("==", "nine")]
     assert runs.expect[0]["test_d.py::test_table"] == {2: (held.ROWS, tuple(rows))}
