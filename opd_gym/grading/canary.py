@@ -275,8 +275,8 @@ def collected_tests(tree: ast.Module, path: str) -> Iterator[tuple[str, ast.AST]
 
 def _literal(node: ast.AST) -> object:
     """The value of a literal expression, or _NO when it is not one: what `ast.literal_eval`
-    reads, and string, bytes or list literals joined by `+` or `*` (`b'\\x00' + b'hello'`,
-    `"41" * 10`, `[0] * 3`), folded as Python would, up to MAX_FOLDED items."""
+    reads, and literals joined by `+`, `-` or `*` (`b'\\x00' + b'hello'`, `"41" * 10`,
+    `[0] * 3`), folded as Python would, up to MAX_FOLDED items."""
     try:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -291,13 +291,12 @@ _FOLDABLE = (int, float, str, bytes, tuple, list)
 
 
 def _folded(node: ast.AST) -> object:
-    """`node` folded from literal sequences by `+` or `*` (a count), or _NO; tuples and
-    lists of such too."""
+    """`node` folded from literal operands by `+`, `-`, `*` (containers and parentheses
+    around them too), or _NO."""
     if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
         left, right = _literal(node.left), _literal(node.right)
-        if type(left) not in _FOLDABLE or type(right) not in _FOLDABLE or all(
-                isinstance(v, int | float) for v in (left, right)):
-            return _NO  # only sequences: a number a test computes stays a computed site
+        if type(left) not in _FOLDABLE or type(right) not in _FOLDABLE:
+            return _NO  # bools, sets, dicts, None: no arithmetic a test would spell
         if isinstance(node.op, ast.Mult):
             sized = [v for v in (left, right) if not isinstance(v, int | float)]
             count = [v for v in (left, right) if isinstance(v, int)]
