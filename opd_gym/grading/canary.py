@@ -25,7 +25,6 @@ import dataclasses
 import hashlib
 import itertools
 import math
-import operator
 import random
 import string
 from collections import Counter
@@ -274,50 +273,15 @@ def collected_tests(tree: ast.Module, path: str) -> Iterator[tuple[str, ast.AST]
 
 
 def _literal(node: ast.AST) -> object:
-    """The value of a literal expression, or _NO when it is not one: what `ast.literal_eval`
-    reads, and literals joined by `+`, `-` or `*` (`b'\\x00' + b'hello'`, `"41" * 10`,
-    `[0] * 3`), folded as Python would, up to MAX_FOLDED items."""
+    """The value of a literal expression, or _NO when it is not one."""
     try:
         value = ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _folded(node)
+        return _NO
     return value
 
 
 _NO = object()
-MAX_FOLDED = 1 << 16  # items (characters, bytes, elements) or bits of a folded value
-_FOLD = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
-_FOLDABLE = (int, float, str, bytes, tuple, list)
-
-
-def _folded(node: ast.AST) -> object:
-    """`node` folded from literal operands by `+`, `-`, `*` (containers and parentheses
-    around them too), or _NO."""
-    if isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
-        left, right = _literal(node.left), _literal(node.right)
-        if type(left) not in _FOLDABLE or type(right) not in _FOLDABLE:
-            return _NO  # bools, sets, dicts, None: no arithmetic a test would spell
-        if isinstance(node.op, ast.Mult):
-            sized = [v for v in (left, right) if not isinstance(v, int | float)]
-            count = [v for v in (left, right) if isinstance(v, int)]
-            if sized and (not count or count[0] * len(sized[0]) > MAX_FOLDED):
-                return _NO
-        try:
-            value = _FOLD[type(node.op)](left, right)
-        except (TypeError, ValueError, OverflowError):
-            return _NO
-        if isinstance(value, int) and value.bit_length() > MAX_FOLDED or isinstance(
-                value, str | bytes | tuple | list) and len(value) > MAX_FOLDED:
-            return _NO
-        return value
-    if isinstance(node, ast.Tuple | ast.List) and any(
-            isinstance(e, ast.BinOp) for e in ast.walk(node)):
-        values = [_literal(e) for e in node.elts]
-        if any(v is _NO or isinstance(e, ast.Starred) for v, e in zip(values, node.elts,
-                                                                         strict=True)):
-            return _NO
-        return tuple(values) if isinstance(node, ast.Tuple) else values
-    return _NO
 
 
 def _empty(node: ast.AST) -> bool:
@@ -344,8 +308,6 @@ def _constants(node: ast.AST) -> list[ast.AST]:
         return [node]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         return _constants(node.operand)
-    if isinstance(node, ast.BinOp):  # a folded literal (`_literal`): either operand
-        return _constants(node.left) + _constants(node.right)
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return [c for e in node.elts for c in _constants(e)]
     if isinstance(node, ast.Dict):

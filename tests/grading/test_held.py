@@ -489,7 +489,7 @@ def test_expression_inputs():
 
 
 def test_expression_expected():
-    rows = [(38, "thirty-{}".format("eight"))]
+    rows = [(38, "thirty-" + "eight")]
     for n, want in rows:
         assert name(n) == want
 

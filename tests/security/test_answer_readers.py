@@ -280,10 +280,6 @@ def test_expression_inputs():
         assert to_roman(n) == want
 
 
-def test_folded():
-    assert to_roman(3888) == "MMM" + "DCCC" + "LXXX" + "VIII"
-
-
 class TestRows(unittest.TestCase):
     def test_subtests(self):
         for n, want in [(6, "VI"), (19, "XIX"), (44, "XLIV")]:
@@ -353,18 +349,17 @@ def to_roman(n):
 
 def test_expectations_read_from_literal_tables_are_held_and_earn(grader):
     """Loop tables (`for n, want in CASES`, inline rows, `WORDS.items()`, a table of the
-    test's own, rows whose inputs are expressions, a unittest subTest loop), a module
-    constant and literals joined by operators are held per row under the default Grader:
-    every test earns, the reference scores 1.0, the starter 0, and a frame reader or a
-    per-item coin earns nothing."""
+    test's own, rows whose inputs are expressions, a unittest subTest loop) and a module
+    constant are held per row under the default Grader: every test earns, the reference
+    scores 1.0, the starter 0, and a frame reader or a per-item coin earns nothing."""
     calibration = grader.calibration(ROMAN)
     assert set(calibration.held or {}) == {f"test_roman.py::{t}" for t in (
         "test_table", "test_inline", "test_items", "test_constant", "test_local_table",
-        "test_expression_inputs", "test_folded", "TestRows::test_subtests")}, calibration.held
+        "test_expression_inputs", "TestRows::test_subtests")}, calibration.held
     honest = _grade(grader, ROMAN, ROMAN_REFERENCE)
-    assert honest.score == 1.0 and honest.earning == 8, (honest.reason, honest.tests)
+    assert honest.score == 1.0 and honest.earning == 7, (honest.reason, honest.tests)
     starter = _grade(grader, ROMAN, ROMAN.files["roman.py"])
-    assert starter.score == 0.0 and starter.earning == 8, starter.reason
+    assert starter.score == 0.0 and starter.earning == 7, starter.reason
     attacks = [ROMAN_FRAME_READER, ROMAN_COIN.replace("{p}", "1.0"),
                *[ROMAN_COIN.replace("{p}", "0.5")] * 6]
     for source in attacks:
