@@ -330,6 +330,20 @@ def _expected(node: ast.AST) -> list[ast.AST]:
     return _constants(node)
 
 
+# A text needle this short may turn up by chance in text a test searches (a random tree path,
+# a hex address: `"m1"` perturbed into `"c1"`); such a containment check gets `not in` instead.
+SHORT_NEEDLE = 4
+
+
+def _needle(node: ast.AST) -> list[ast.AST]:
+    """The constants of a containment check's literal needle (`_expected`), none for a text
+    needle of SHORT_NEEDLE characters or fewer (see SHORT_NEEDLE)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes) \
+            and len(node.value) <= SHORT_NEEDLE:
+        return []
+    return _expected(node)
+
+
 def _callee(node: ast.Call) -> str:
     func = node.func
     if isinstance(func, ast.Attribute):
@@ -357,7 +371,7 @@ def _compare_literals(test: ast.Compare) -> list[ast.AST]:
     if isinstance(op, _EQUALITY):
         return _expected(right) or _expected(left)
     if isinstance(op, _MEMBERSHIP):
-        return _expected(left) or _expected(right)
+        return _needle(left) or _expected(right)
     if isinstance(op, _ORDERING):
         return _tolerance_side(left) or _tolerance_side(right)
     return []
@@ -521,7 +535,8 @@ def _unittest_site(node: ast.Call) -> _Site | None:
         return None
     site = _Site(node, [], swap=_UNITTEST_SWAP.get(name, ""))
     if name in _UNITTEST_VALUE and len(node.args) >= 2:
-        site.constants = _expected(node.args[1]) or _expected(node.args[0])
+        needle = _needle if name == "assertIn" else _expected
+        site.constants = _expected(node.args[1]) or needle(node.args[0])
         if name.startswith("assertAlmostEqual"):
             tolerance = _almost_tolerance(node)
             if tolerance is None:
@@ -590,18 +605,21 @@ class _Module:
                 if isinstance(node.value, ast.List | ast.Tuple):
                     self.tables[node.targets[0].id] = node.value
 
+    def _named(self, node: ast.expr, local: Mapping[str, ast.expr] | None) -> ast.expr | None:
+        """A table name resolved: the test's own table, else a module table read only here;
+        any other node as it is."""
+        if not isinstance(node, ast.Name):
+            return node
+        if local and node.id in local:
+            return local[node.id]
+        return self.tables.get(node.id) if self.uses[node.id] == 1 else None
+
     def table(self, node: ast.expr, local: Mapping[str, ast.expr] | None = None
               ) -> ast.List | ast.Tuple | None:
         """`node` as a literal list of rows: inline, one of the test's own `local` tables
         (`local_tables`), or a module-level constant that nothing but this one use reads (a
         table shared by several tests is never perturbed)."""
-        if isinstance(node, ast.Name):
-            if local and node.id in local:
-                node = local[node.id]
-            elif self.uses[node.id] != 1:
-                return None
-            else:
-                node = self.tables.get(node.id)  # type: ignore[assignment]
+        node = self._named(node, local)
         if isinstance(node, ast.List | ast.Tuple) and node.elts and _literal(node) is not _NO:
             return node
         return None
@@ -611,13 +629,7 @@ class _Module:
         """`node` as a table of rows of `width` cells, some of them expressions
         (`(IntegerRGB(0, 0, 128), "#000080")`): inline, the test's own or a module table read
         once (a reader of a column checks its cells are literals)."""
-        if isinstance(node, ast.Name):
-            if local and node.id in local:
-                node = local[node.id]
-            elif self.uses[node.id] != 1:
-                return None
-            else:
-                node = self.tables.get(node.id)  # type: ignore[assignment]
+        node = self._named(node, local)
         if isinstance(node, ast.List | ast.Tuple) and node.elts and all(
                 _row(r) and len(r.elts) == width for r in node.elts):  # type: ignore[attr-defined]
             return node

@@ -425,6 +425,47 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
         assert type(before) is type(after) and len(after) == 1
 
 
+NEEDLES = """\
+import unittest
+from calc import message
+
+
+def test_short_needle():
+    assert "m1" in message()
+
+
+def test_long_needle():
+    assert "hook m1 yielded twice" in message()
+
+
+def test_haystack_literal():
+    assert message() in ["m1", "m2"]
+
+
+class Units(unittest.TestCase):
+    def test_short(self):
+        self.assertIn("ab", message())
+
+    def test_long(self):
+        self.assertIn("abcdefgh", message())
+"""
+
+
+def test_short_text_needles_get_the_complement_not_another_needle():
+    # "m1" perturbed into "c1" may turn up by chance in text holding a random tree path or a
+    # hex address, so an honest run would pass the canary: short needles get `not in` instead
+    path = "tests/test_needles.py"
+    seen: dict[str, set[str]] = {}
+    for seed in range(30):
+        for test_id, canary in make_canaries({path: NEEDLES}, [path], seed).canaries.items():
+            seen.setdefault(test_id.split("::", 1)[1], set()).add(canary.kind)
+    assert seen["test_short_needle"] == {"operator"}
+    assert seen["Units::test_short"] == {"operator"}
+    assert seen["test_long_needle"] == {"literal"}
+    assert seen["Units::test_long"] == {"literal"}
+    assert seen["test_haystack_literal"] == {"literal"}
+
+
 # -- unittest.TestCase -----------------------------------------------------------------------
 UNITTEST = '''\
 import threading
