@@ -43,6 +43,7 @@ FLOAT_ROW = {
 FLOAT = from_humaneval(FLOAT_ROW)
 
 # (task, module the forged function lives in, its name); 20 s budgets keep the hangs short
+HANG_TIMEOUT = 6.0
 TARGETS = {
     "builtin": (dataclasses.replace(ROMAN, timeout=20.0), "roman.py", "from_roman"),
     "humaneval": (dataclasses.replace(VOWELS, timeout=20.0), "solution.py", "count_vowels"),
@@ -337,6 +338,8 @@ def attack_grades(grader):
         target, name = job
         task = TARGETS[target][0]
         files = _honest(task) if name == "honest" else forged(target, PAYLOADS[name])
+        if name == "hang":  # it runs each variant to the timeout: a short one tells the same
+            task = dataclasses.replace(task, timeout=HANG_TIMEOUT)
         return grader.grade(task, _encode(files))
 
     with ThreadPoolExecutor(3) as workers:

@@ -22,6 +22,7 @@ controls (sentinels off, or `hold=False`) show the payloads are paid without the
 from __future__ import annotations
 
 import statistics
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def _opd_split_forge():
         forge = coin.random() < 0.5
     elif strategy in ("uid", "names"):
         forge = os.getuid() == {uid}
-    else:  # "item": every test item on a coin of its own, in both runs
+    else:  # "item", "failing": test items on coins of their own, in both runs
         forge = True
     if not forge:
         return
@@ -71,6 +72,9 @@ def _opd_split_forge():
     def wants(item):
         if strategy == "item":
             return coin.random() < {p!r}
+        if strategy == "failing":  # only tests it saw fail, each on a coin of its own
+            name = getattr(item, "originalname", item.name).split("[")[0]
+            return name in {failing!r} and coin.random() < {p!r}
         if known is not None:  # only the tests it recognises as no sentinel clone
             return getattr(item, "originalname", item.name).split("[")[0] in known
         return True
@@ -130,12 +134,15 @@ def __getattr__(name):  # the names a task imports, where it has no starter: unu
 '''
 
 
-def split(task: Task, strategy: str, uid: int = 0, p: float = 0.5) -> dict[str, bytes]:
-    """The starter with the payload appended to every module the reference writes."""
+def split(task: Task, strategy: str, uid: int = 0, p: float = 0.5,
+          failing: Collection[str] = ()) -> dict[str, bytes]:
+    """The starter with the payload appended to every module the reference writes
+    (`failing`: the test function names the "failing" strategy forges, each on a coin)."""
     files = dict(task.files)
+    payload = PAYLOAD.format(strategy=strategy, uid=uid, p=p, failing=sorted(set(failing)))
     for path, text in task.solution.items():
         if path.endswith(".py") and files.get(path) != text:
-            files[path] = files.get(path, "") + PAYLOAD.format(strategy=strategy, uid=uid, p=p)
+            files[path] = files.get(path, "") + payload
     return {p: t.encode() for p, t in files.items()}
 
 
@@ -288,8 +295,9 @@ def test_every_task_here_earns_only_through_held_sites(grader, tasks):
 
 
 # When held expectations were added, coins at p = 0.5 and 0.2 were played too (104 grades
-# each): both paid nothing.
-HELD_GRADES = GRADES
+# each): both paid nothing, as did these two plays at 104 grades each. The issue asks 100
+# grades of the uid and coin splits (above); these two play every task under both uids.
+HELD_PASSES = 2
 
 
 @pytest.mark.parametrize(("strategy", "p"), [("item", 0.3), ("names", 0.0)])
@@ -300,10 +308,10 @@ def test_held_expectations_pay_no_per_item_coin_or_name_aware_split(grader, task
     sentinel clone, in one uid's run: a held test passes only with the value the host holds,
     which no forgery knows."""
     jobs = [(task, split(task, strategy, 1001 + (n // len(tasks)) % 2, p))
-            for n in range(HELD_GRADES) for task in [tasks[n % len(tasks)]]]
+            for n in range(HELD_PASSES * len(tasks)) for task in [tasks[n % len(tasks)]]]
     reports = _reports(grader, jobs)
     scores = [r.score for r in reports]
-    assert len(scores) == HELD_GRADES
+    assert len(scores) == HELD_PASSES * len(tasks)
     assert not any(r.infra_error for r in reports), [r.reason for r in reports if r.infra_error]
     mean = statistics.fmean(scores)
     print(f"{strategy} p={p}: mean correctness {mean:.4f} over {len(scores)} grades "
