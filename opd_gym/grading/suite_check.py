@@ -39,8 +39,8 @@ from opd_gym.tasks.pytest_config import (
     adapt_ini,
     read_pytest_config,
     render_ini,
+    runs_uninstalled,
     with_addopts,
-    with_pythonpath,
 )
 
 AGREEMENT = 0.999
@@ -116,8 +116,9 @@ def prepare(name: str, files: Mapping[str, bytes], image: str,
         config = read_pytest_config(files)
         if not config.source:
             notes.append("no pytest configuration in the project")
-        if _src_packages(files) and "src" not in config.options.get("pythonpath", "").split():
-            config = with_pythonpath(config, "src")
+        uninstalled = runs_uninstalled(config, files)
+        if uninstalled is not config:
+            config = uninstalled
             notes.append("pythonpath = src (the src layout runs uninstalled)")
         if options:
             config = with_addopts(config, list(options))

@@ -176,6 +176,14 @@ def with_pythonpath(config: PytestConfig, folder: str) -> PytestConfig:
     return PytestConfig(render_ini(options), config.source, options)
 
 
+def runs_uninstalled(config: PytestConfig, files: Mapping[str, bytes | str]) -> PytestConfig:
+    """`config` with `pythonpath = src` added where `files` hold a src layout, which the
+    sandbox runs uninstalled (as `pip install -e .` would put it on the path)."""
+    if any(p.startswith("src/") and p.endswith(".py") for p in files):
+        return with_pythonpath(config, "src")
+    return config
+
+
 def _overrides(extra: list[str]) -> tuple[dict[str, str], list[str]]:
     """`-o NAME=VALUE` / `--override-ini NAME=VALUE` of `extra` as ini settings, and the rest
     (pytest reads ini overrides from its command line only, never from `addopts`)."""

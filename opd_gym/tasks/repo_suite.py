@@ -39,6 +39,7 @@ from typing import Any
 
 from opd_gym.errors import DatasetError
 from opd_gym.grading.canary import make_canaries, module_names
+from opd_gym.grading.verdict import MIN_UNHELD_EARNING
 from opd_gym.nodeids import base_id
 from opd_gym.resources import data_path
 from opd_gym.tasks.libraries import SCALE_LIBRARIES, library
@@ -64,9 +65,10 @@ MANIFEST = "manifest.json"
 SUITE_LIBRARIES = ("toolz", "more-itertools", "parse", "inflection", "six")
 # The libraries a 1,000-task suite draws from (issue 30 point 5): the five above, the pinned
 # fidelity libraries whose original suite synthesis runs as pinned, and `SCALE_LIBRARIES`.
-# Left out: cachetools (unittest classes: no canary), semver and isodate (their pinned ini is
-# the project's own, which the sandbox image cannot run uninstalled or without pytest-cov).
-SCALE_SUITE = (*SUITE_LIBRARIES, "boltons", "tabulate", "pyflakes", "sqlparse",
+# Left out: cachetools (unittest classes: no canary), semver (its pinned ini asks for
+# pytest-cov, which the sandbox image lacks) and pluggy (pytest imports the image's own copy
+# first, so no mutant fails a test). isodate runs uninstalled with `pythonpath = src` added.
+SCALE_SUITE = (*SUITE_LIBRARIES, "boltons", "tabulate", "pyflakes", "sqlparse", "isodate",
                *(lib.name for lib in SCALE_LIBRARIES))
 PER_LIBRARY = 25
 # Libraries where about half the kept bugs only gate (`can_earn`: their failing tests read
@@ -102,34 +104,40 @@ def _tasks() -> tuple[Task, ...]:
 
 
 def can_earn(task: Task) -> bool:
-    """Whether a FAIL_TO_PASS test of `task` can earn: it has a canary and compares the
-    solution's output only with values a canary can change (`Canary.earns`). A task whose
-    failing tests read their expectations from run-time data (a parametrize table shared by
-    several tests, say) only gates: no grade could ever verify a fix, so the suite leaves it
-    out rather than pay 0 for every fix (docs/threat-model.md, answers read from the test)."""
+    """Whether a FAIL_TO_PASS test of `task` can earn under the default Grader: it has a
+    canary and compares the solution's output only with values a canary can change
+    (`Canary.earns`), and one such test holds a site on the host (held.py), or there are at
+    least MIN_UNHELD_EARNING of them (else a forgery passing each failing test on a coin
+    would be paid: `verdict.MIN_UNHELD_EARNING`). A task whose failing tests read their
+    expectations from run-time data (a parametrize table shared by several tests, say) only
+    gates: no grade could ever verify a fix, so the suite leaves it out rather than pay 0 for
+    every fix (docs/threat-model.md, answers read from the test)."""
     failing = {base_id(i) for i in (task.test_ids or ()) if task.repo is None
                or i in task.repo.fail_to_pass}
     modules = module_names({**task.files, **task.solution})
-    return bool(failing & _earning_tests(tuple(sorted(task.tests.items())), modules))
+    earning, holding = _earning_tests(tuple(sorted(task.tests.items())), modules)
+    return bool(failing & holding) or len(failing & earning) >= MIN_UNHELD_EARNING
 
 
 @functools.cache
 def _earning_tests(tests: tuple[tuple[str, str], ...], modules: frozenset[str]
-                   ) -> frozenset[str]:
-    """The tests of a suite whose canary may earn (the same for every bug of one library).
+                   ) -> tuple[frozenset[str], frozenset[str]]:
+    """The tests of a suite whose canary may earn, and those of them with a site the host
+    can hold (the same for every bug of one library).
 
-    Kept on disk beside setup's sdists too (a second or so per library, paid once per
-    machine, not once per process), keyed by the suite, the modules and the canary code, so
+    Kept on disk beside setup's sdists too (seconds per library, paid once per machine,
+    not once per process), keyed by the suite, the modules and the code that decides it, so
     a change to either computes it again."""
-    from opd_gym.grading import canary
+    from opd_gym.grading import canary, computed, held
     from opd_gym.tasks.libraries import sdist_cache
 
-    key = hashlib.sha256(json.dumps(
-        [Path(canary.__file__).read_text(encoding="utf-8"), tests, sorted(modules)]
-    ).encode("utf-8")).hexdigest()
+    code = [Path(f).read_text(encoding="utf-8")
+            for f in (canary.__file__, held.__file__, computed.__file__, __file__)]
+    key = hashlib.sha256(json.dumps([code, tests, sorted(modules)]).encode("utf-8")).hexdigest()
     cached = sdist_cache().parent / "earning" / f"{key}.json"
     try:
-        return frozenset(json.loads(cached.read_text(encoding="utf-8")))
+        earning, holding = json.loads(cached.read_text(encoding="utf-8"))
+        return frozenset(earning), frozenset(holding)
     except (OSError, ValueError, TypeError):
         pass
     sources = dict(tests)
@@ -137,14 +145,15 @@ def _earning_tests(tests: tuple[tuple[str, str], ...], modules: frozenset[str]
              and (p.rpartition("/")[2].startswith("test_") or p.endswith("_test.py"))]
     canaries = make_canaries(sources, paths, 0, solution_modules=modules)
     earning = frozenset(t for t, c in canaries.canaries.items() if c.earns)
+    holding = earning & frozenset(held.candidates(sources, paths, solution=modules))
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(sorted(earning)), encoding="utf-8")
+        partial.write_text(json.dumps([sorted(earning), sorted(holding)]), encoding="utf-8")
         partial.replace(cached)
     except OSError:
         pass  # a read-only cache: computed again next time
-    return earning
+    return earning, holding
 
 
 def load_repo_suite() -> list[Task]:

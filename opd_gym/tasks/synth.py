@@ -65,7 +65,7 @@ from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
 from opd_gym.tasks.libraries import PINNED, Library, unpack
 from opd_gym.tasks.model import RepoInfo, Task
-from opd_gym.tasks.pytest_config import read_pytest_config
+from opd_gym.tasks.pytest_config import read_pytest_config, runs_uninstalled
 from opd_gym.tasks.statements import statement_problems, write_report
 
 MANIFEST_VERSION = 2  # 2: PASS_TO_PASS may be stored compactly (`compact_records`)
@@ -109,7 +109,11 @@ class Project:
 def project_from_library(lib: Library) -> Project:
     """A pinned library from the sdist cache (DatasetError says to run setup when missing)."""
     src = unpack(lib)
-    return Project(lib.name, lib.version, src.workspace, src.tests, src.ini,
+    ini = src.ini
+    if lib.ini is None:  # the project's own settings, run uninstalled as check-suite runs them
+        ini = runs_uninstalled(read_pytest_config({**src.workspace, **src.tests}),
+                               src.workspace).ini
+    return Project(lib.name, lib.version, src.workspace, src.tests, ini,
                    {"kind": "library", "name": lib.name})
 
 

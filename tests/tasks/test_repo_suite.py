@@ -49,16 +49,17 @@ def test_the_suite_is_listed_and_loads_by_name(tasks):
 
 
 def test_the_suite_holds_what_its_manifest_kept(tasks):
-    """Every task the manifest lists loads, less those whose failing tests can only gate
-    (`can_earn`): at least 1,000 over at least 20 libraries (issue 30, point 5)."""
+    """Every task the manifest lists loads, less those whose failing tests can only gate or
+    hold no site on the host (`can_earn`; tabulate keeps none): at least 1,000 over at least
+    20 libraries (issue 30, point 5)."""
     per_library = Counter(t.repo.name for t in tasks)
     records = read_manifest(manifest_path())["tasks"]
     listed = Counter(r["project"] for r in records)
-    assert set(per_library) == set(listed)
+    assert set(per_library) <= set(listed)
     assert all(per_library[name] <= listed[name] for name in listed)
     left_out = [r for r in records if r["id"] not in {t.id for t in tasks}]
     assert len(left_out) == len(records) - len(tasks)
-    for record in left_out:  # each only gates: its failing tests read run-time expectations
+    for record in left_out:  # its failing tests only gate, or a coin per test could be paid
         assert not can_earn(build_task(_project(record["project"]), record)), record["id"]
     assert len(per_library) >= 20 and len(tasks) >= 1000, per_library
     assert len({t.id for t in tasks}) == len(tasks)
@@ -97,7 +98,7 @@ def test_every_passing_test_guards_and_kinds_are_mixed(tasks):
     same count for every task (the stable passing suite); greppable kinds (`return None`, a
     stray `pass`, a bare `not (...)`) are under 15% (point 4), the five first libraries keep
     20 tasks each (the others keep what 100 tries gave: a library whose bugs seldom reach a
-    test that can earn, tabulate's 4 of 319, keeps a few), and each record states its
+    test that holds a site keeps a few), and each record states its
     difficulty."""
     data = read_manifest(manifest_path())
     loaded = {t.id for t in tasks}
@@ -280,7 +281,8 @@ def test_the_scale_suite_draws_on_twenty_pinned_libraries():
     assert len(set(SCALE_SUITE)) == len(SCALE_SUITE) >= 20
     assert set(SCALE_SUITE) <= {lib.name for lib in PINNED}
     assert {lib.name for lib in SCALE_LIBRARIES} <= set(SCALE_SUITE)
-    assert not {"cachetools", "semver", "isodate"} & set(SCALE_SUITE)
+    assert not {"cachetools", "semver", "pluggy"} & set(SCALE_SUITE)
+    assert "isodate" in SCALE_SUITE  # its own settings, run uninstalled (pythonpath = src)
     assert len({lib.sha256 for lib in PINNED}) == len(PINNED)
 
 
@@ -324,15 +326,18 @@ def test_earning_tests_are_kept_on_disk_and_recomputed_when_unreadable(tmp_path,
     _earning_tests.cache_clear()
     try:
         first = _earning_tests(tests, modules)
-        assert "test_calc.py::test_add" in first
+        earning, holding = first
+        assert "test_calc.py::test_add" in earning and "test_calc.py::test_add" in holding
         (stored,) = (tmp_path / "earning").glob("*.json")
-        assert sorted(json.loads(stored.read_text())) == sorted(first)
+        assert json.loads(stored.read_text()) == [sorted(earning), sorted(holding)]
         _earning_tests.cache_clear()
-        stored.write_text(json.dumps(["test_calc.py::test_forged"]))
-        assert _earning_tests(tests, modules) == frozenset({"test_calc.py::test_forged"})
-        _earning_tests.cache_clear()
-        stored.write_text("{not json")
-        assert _earning_tests(tests, modules) == first
-        assert sorted(json.loads(stored.read_text())) == sorted(first)
+        stored.write_text(json.dumps([["test_calc.py::test_forged"], []]))
+        assert _earning_tests(tests, modules) == (frozenset({"test_calc.py::test_forged"}),
+                                                  frozenset())
+        for damaged in ("{not json", json.dumps(["test_calc.py::test_add"])):
+            _earning_tests.cache_clear()
+            stored.write_text(damaged)
+            assert _earning_tests(tests, modules) == first
+            assert json.loads(stored.read_text()) == [sorted(earning), sorted(holding)]
     finally:
         _earning_tests.cache_clear()
