@@ -330,6 +330,14 @@ def _expected(node: ast.AST) -> list[ast.AST]:
     return _constants(node)
 
 
+# A forgery in pytest's process can pass each failing test on a coin of its own (p), in every
+# grading run alike: no run signal at all. Where no earning test holds a site, only canaries
+# catch it: k earning tests are all unflagged with (1 - p)^k and then pay p, so it earns
+# p(1 - p)^k in expectation, at most 0.0098 for k = 37 (0.0101 for 36). The repository suite
+# keeps no bug below that (`repo_suite.can_earn`); the Grader does not refuse such tasks yet.
+MIN_UNHELD_EARNING = 37
+
+
 # A text needle this short may turn up by chance in text a test searches (a random tree path,
 # a hex address: `"m1"` perturbed into `"c1"`); such a containment check gets `not in` instead.
 SHORT_NEEDLE = 4

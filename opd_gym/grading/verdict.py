@@ -25,12 +25,6 @@ from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 VERSION = 2
 MAX_TESTS = 100_000
 HELD_FAILED = "a held expectation was not met (the value the host holds for an assertion)"
-# A forgery in pytest's process can pass each failing test on a coin of its own (p), in every
-# grading run alike: no run signal at all. Where no earning test holds a site, only canaries
-# catch it: k earning tests are all unflagged with (1 - p)^k and then pay p, so it earns
-# p(1 - p)^k in expectation, at most 0.0098 for k = 37 (0.0101 for 36). The repository suite
-# keeps no bug below that (`repo_suite.can_earn`); the Grader does not refuse such tasks yet.
-MIN_UNHELD_EARNING = 37
 
 
 class VerdictError(GradingError, ValueError):

@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
-from opd_gym.grading.canary import make_canaries, module_names
-from opd_gym.grading.verdict import MIN_UNHELD_EARNING
+from opd_gym.grading.canary import MIN_UNHELD_EARNING, make_canaries, module_names
 from opd_gym.nodeids import base_id
 from opd_gym.resources import data_path
 from opd_gym.tasks.libraries import SCALE_LIBRARIES, library
@@ -108,7 +107,7 @@ def can_earn(task: Task) -> bool:
     canary and compares the solution's output only with values a canary can change
     (`Canary.earns`), and one such test holds a site on the host (held.py), or there are at
     least MIN_UNHELD_EARNING of them (else a forgery passing each failing test on a coin
-    would be paid: `verdict.MIN_UNHELD_EARNING`). A task whose failing tests read their
+    would be paid: `canary.MIN_UNHELD_EARNING`). A task whose failing tests read their
     expectations from run-time data (a parametrize table shared by several tests, say) only
     gates: no grade could ever verify a fix, so the suite leaves it out rather than pay 0 for
     every fix (docs/threat-model.md, answers read from the test)."""
