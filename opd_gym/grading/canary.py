@@ -334,7 +334,8 @@ def _expected(node: ast.AST) -> list[ast.AST]:
 # grading run alike: no run signal at all. Where no earning test holds a site, only canaries
 # catch it: k earning tests are all unflagged with (1 - p)^k and then pay p, so it earns
 # p(1 - p)^k in expectation, at most 0.0098 for k = 37 (0.0101 for 36). The repository suite
-# keeps no bug below that (`repo_suite.can_earn`); the Grader does not refuse such tasks yet.
+# keeps no bug below that (`repo_suite.can_earn`); the Grader refuses such a task in pytest's
+# process (`Calibration.too_few_unheld`).
 MIN_UNHELD_EARNING = 37
 
 

@@ -64,6 +64,7 @@ from opd_gym.grading.expected import (
     in_pytest_order,
     test_paths,
 )
+from opd_gym.grading.in_process import imports_any
 from opd_gym.grading.once import run_once
 from opd_gym.grading.report import PASSING, GradeReport
 from opd_gym.grading.sentinel import (
@@ -155,6 +156,17 @@ def solution_modules(task: Task) -> frozenset[str]:
     """The top-level modules the task's starter and reference files define, as the tests
     import them (`canary.module_names`)."""
     return module_names({**task.files, **task.solution})
+
+
+def runs_in_process(task: Task) -> bool:
+    """The task's solution can run in pytest's process: its docstrings run as doctests, or
+    a hidden test, conftest or asset imports or loads it (`in_process.imports_any`)."""
+    if doctest_sources(task):
+        return True
+    sources = [t for p, t in task.tests.items() if p.endswith(".py")]
+    sources += [b.decode("utf-8", "replace") for p, b in task.assets.items()
+                if p.endswith(".py")]
+    return imports_any(sources, solution_modules(task))
 
 
 class _Failed(GradingError):
@@ -434,7 +446,8 @@ class Grader:
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
                            sentinels=_checked(candidates, (starter_run, null_run, ref_run)),
-                           held=held, computed=computed)
+                           held=held, computed=computed,
+                           in_process=self.hold and runs_in_process(task))
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
                        what: str, sentinels: tuple[SentinelSite, ...] = (),

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from opd_gym.errors import GradingError
-from opd_gym.grading.canary import CanarySet, Variants
+from opd_gym.grading.canary import MIN_UNHELD_EARNING, CanarySet, Variants
 from opd_gym.grading.computed import Recorded
 from opd_gym.grading.expected import base_id, display_name
 from opd_gym.grading.held import MAX_HELD, HeldRuns, unmet
@@ -352,7 +352,10 @@ class Calibration:
     not pass (skipped, xfailed or failing: they neither earn nor fail); `calibrated`: a
     reference solution was run; `reference_ids`: the node ids its run reported;
     `sentinels`: the sentinel sites grades draw from (sentinel.py); `held`: the sites whose
-    expected value the host holds (held.py; the Grader holds them unless `hold=False`).
+    expected value the host holds (held.py; the Grader holds them unless `hold=False`);
+    `in_process`: the solution runs in pytest's process (`in_process.imports_any`) and the
+    Grader holds expectations, so a task that holds none of its earning tests needs at least
+    MIN_UNHELD_EARNING of them (`too_few_unheld`).
     """
 
     canaries: CanarySet
@@ -371,6 +374,7 @@ class Calibration:
     # held sites whose expectation the test computes (computed.py): the values the reference
     # computed there, per test and site
     computed: Mapping[str, Mapping[int, Recorded]] | None = None
+    in_process: bool = False
 
     @property
     def earning(self) -> frozenset[str]:
@@ -381,6 +385,8 @@ class Calibration:
         """The test earns: a valid canary, passed by the reference, failed by the starter
         and by the null submission, and every expectation of the test one a canary can
         change (`Canary.earns`: no answer the solution could read from the test)."""
+        if self.too_few_unheld:
+            return False
         if self.held_only and base_id(nodeid) not in (self.held or {}):
             return False  # no held site: a forged pass of it needs no guess, so it gates
         return self._earns_unheld(nodeid)
@@ -391,6 +397,29 @@ class Calibration:
         scheme for all its tests, e.g. stdin/stdout cases, which hold no site)."""
         return bool(self.held) and any(
             base_id(i) in (self.held or {}) and self._earns_unheld(i) for i in self.reference_ids)
+
+    @cached_property
+    def too_few_unheld(self) -> int:
+        """How many tests would earn where the task is refused because only canaries guard
+        them and they are too few (0: not refused). A forgery in pytest's process passing each
+        failing test on a coin of its own would be paid more than 0.01 in expectation
+        (`canary.MIN_UNHELD_EARNING`)."""
+        if not self.in_process or self.held_only:
+            return 0
+        count = sum(self._earns_unheld(i) for i in self.reference_ids)
+        return count if 0 < count < MIN_UNHELD_EARNING else 0
+
+    def unverifiable(self) -> str:
+        """Why no test earns (the report's reason)."""
+        if self.too_few_unheld:
+            return (f"the task cannot be verified: none of its {self.too_few_unheld} earning "
+                    "test(s) holds an expectation on the host (each compares with a value the "
+                    "solution could reach, or none the host could record), and fewer than "
+                    f"{MIN_UNHELD_EARNING} earn on canaries alone, so a forgery passing each "
+                    "failing test on a coin would be paid; add a test comparing the "
+                    "solution's result with a literal, or more tests")
+        return ("the task cannot be verified: no hidden test both has a valid canary and "
+                "fails on the untouched starter and on an empty solution")
 
     def _earns_unheld(self, nodeid: str) -> bool:
         canary = self.canaries.canaries.get(base_id(nodeid))
@@ -445,8 +474,7 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
                   "the other grading run or its sentinel in the same one), which no code does "
                   "honestly (forged result)")
     if not reason and not earning:
-        reason = ("the task cannot be verified: no hidden test both has a valid canary and "
-                  "fails on the untouched starter and on an empty solution")
+        reason = calibration.unverifiable()
     failed_run = bool(merged.reason) or bool(merged.missing_sentinels)
     return GradeReport(
         **base, passed=0 if failed_run else counts["passed"], failed=counts["failed"],

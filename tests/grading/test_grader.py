@@ -505,6 +505,10 @@ def frozen():
 
 def now():
     return _frozen[-1] if _frozen else time.time()
+
+
+def elapsed(start, end):
+    return end - start
 """
 
 
@@ -520,10 +524,17 @@ def frozen_clock_tests(freezers: int, followers: int) -> str:
     return "\n".join(tests)
 
 
+# a test whose expectation the host holds: tests that only canaries guard, and fewer than
+# canary.MIN_UNHELD_EARNING, do not earn (a coin per test would be paid)
+ELAPSED_TEST = "import clock\n\n\ndef test_elapsed():\n    assert clock.elapsed(1.5, 4.0) == 2.5\n"
+
+
 def clock_task(make_task, tests: dict[str, str]):
     starter = CLOCK.replace("return _frozen[-1] if _frozen else time.time()",
-                            "raise NotImplementedError")
-    return make_task(task_id="frozen_clock", files={"clock.py": starter}, tests=tests,
+                            "raise NotImplementedError").replace(
+        "return end - start", "raise NotImplementedError")
+    return make_task(task_id="frozen_clock", files={"clock.py": starter},
+                     tests={**tests, "test_elapsed.py": ELAPSED_TEST},
                      solution={"clock.py": CLOCK})
 
 
@@ -998,3 +1009,34 @@ def test_graders_of_one_secret_share_calibrations_through_a_folder(local_pool, m
     assert later.grade(task, {"calc.py": task.solution["calc.py"].encode()}).score == 1.0
     Grader(local_pool, secret=b"t" * 32, calibrations=tmp_path).calibration(task)
     assert len(calibrated) == 2
+
+
+BIG = "def big():\n    return 10 ** 10\n"
+
+
+def big_task(make_task, tests: str, task_id: str = "unheld_big"):
+    return make_task(task_id=task_id, files={"calc.py": "def big():\n    return 0\n"},
+                     tests={"test_calc.py": tests}, solution={"calc.py": BIG})
+
+
+def test_an_in_process_task_only_canaries_guard_needs_many_earning_tests(local_pool,
+                                                                         make_task):
+    """Three tests that import the solution, none holding an expectation on the host: a
+    forgery in pytest's process passing each on a coin (p = 0.3) would be paid 0.3 * 0.7^3
+    = 0.10 in expectation, so the task is refused with the cause named. The canary scheme
+    alone (hold=False) pays it as before, and so does the same check of a program the tests
+    start as a child process (it cannot reach pytest)."""
+    in_process = big_task(make_task, "import calc\n" + "".join(
+        f"\n\ndef test_big_{i}():\n    assert calc.big() > {i + 1}e9\n" for i in range(3)))
+    report = Grader(local_pool).grade(in_process, {"calc.py": BIG.encode()})
+    assert report.score == 0.0 and report.passed == 3, report
+    assert "none of its 3 earning test(s) holds an expectation" in report.reason, report.reason
+    assert Grader(local_pool, hold=False).grade(in_process, {"calc.py": BIG.encode()}).score \
+        == 1.0
+    child = big_task(make_task, "from opd_grading import run\n\n\ndef big():\n"
+                     "    proc = run(['python3', '-c', 'import calc; print(calc.big())'],"
+                     " timeout=10)\n    return int(proc.stdout)\n" + "".join(
+                         f"\n\ndef test_big_{i}():\n    assert big() > {i + 1}e9\n"
+                         for i in range(3)), task_id="unheld_big_child")
+    report = Grader(local_pool).grade(child, {"calc.py": BIG.encode()})
+    assert report.score == 1.0 and report.earning == 3, report

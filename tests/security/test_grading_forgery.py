@@ -346,9 +346,18 @@ def attack_grades(grader):
         return dict(zip(jobs, workers.map(one, jobs), strict=True))
 
 
+# tolerance checks hold no site on the host, and one test is too few for canaries alone (a
+# coin per test would be paid: canary.MIN_UNHELD_EARNING): the Grader refuses the task
+UNHELD = {"humaneval_float"}
+
+
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_the_honest_reference_scores_one(attack_grades, target):
     report = attack_grades[(target, "honest")]
+    if target in UNHELD:
+        assert report.score == 0.0 and report.passed == 1 and report.calibrated, report
+        assert "none of its 1 earning test(s) holds an expectation" in report.reason, report
+        return
     assert report.score == 1.0 and report.forgery == () and report.calibrated, report
 
 
@@ -582,7 +591,7 @@ def test_every_dataset_fixture_solution_scores_one_and_its_starter_zero(grader):
     from opd_gym.tasks import load_tasks
 
     tasks = [t for schema in ("humaneval", "mbpp", "apps", "code_contests")
-             for t in load_tasks(FIXTURES / f"{schema}.jsonl", schema=schema)] + [FLOAT]
+             for t in load_tasks(FIXTURES / f"{schema}.jsonl", schema=schema)]
     jobs = [(t, _encode(_honest(t))) for t in tasks] + [(t, _encode(dict(t.files)))
                                                        for t in tasks]
     with ThreadPoolExecutor(3) as workers:
