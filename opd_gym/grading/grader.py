@@ -158,6 +158,12 @@ def solution_modules(task: Task) -> frozenset[str]:
     return module_names({**task.files, **task.solution})
 
 
+# The stored calibrations' format: bumped when Calibration's fields or the rules deciding them
+# change (in_process: 2), so a store written by an older version is calibrated again, not read
+# with a new field at its default.
+CALIBRATION_FORMAT = 2
+
+
 def runs_in_process(task: Task) -> bool:
     """The task's solution can run in pytest's process: its docstrings run as doctests, or
     a hidden test, conftest or asset imports or loads it (`in_process.imports_any`)."""
@@ -348,8 +354,8 @@ class Grader:
         exclusive lock, by the first process asking), or computed here without a store."""
         if self._store is None:
             return self._calibrate(task, key)
-        name = hashlib.sha256(b"%s\0%s\0hold=%d" % (self._secret, key.encode(),
-                                                      self.hold)).hexdigest()[:40]
+        name = hashlib.sha256(b"%s\0%s\0hold=%d\0format=%d" % (
+            self._secret, key.encode(), self.hold, CALIBRATION_FORMAT)).hexdigest()[:40]
         self._store.mkdir(parents=True, exist_ok=True)
         path = self._store / f"{name}.pickle"
         with open(self._store / f"{name}.lock", "a") as lock:

@@ -19,6 +19,7 @@ from opd_gym.grading import (
     parse_verdict,
     select_files,
 )
+from opd_gym.grading import grader as grader_module
 from opd_gym.grading.verdict import HELD_FAILED
 
 pytestmark = pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
@@ -1009,6 +1010,10 @@ def test_graders_of_one_secret_share_calibrations_through_a_folder(local_pool, m
     assert later.grade(task, {"calc.py": task.solution["calc.py"].encode()}).score == 1.0
     Grader(local_pool, secret=b"t" * 32, calibrations=tmp_path).calibration(task)
     assert len(calibrated) == 2
+    # a store another format of calibration wrote is not read: the task is calibrated again
+    monkeypatch.setattr(grader_module, "CALIBRATION_FORMAT", grader_module.CALIBRATION_FORMAT + 1)
+    Grader(local_pool, secret=b"s" * 32, calibrations=tmp_path).calibration(task)
+    assert len(calibrated) == 3
 
 
 BIG = "def big():\n    return 10 ** 10\n"
