@@ -29,6 +29,10 @@ Literal data the test reads by name is held the same way (`Data`): the expected 
 the site run once per row) is a placeholder in every row in both runs and the host holds one
 value per row, compared with the emissions in row order; a module-level or local
 `EXPECTED = <literal>` read only at the site likewise (one value).
+
+A tolerance check (`abs(f(x) - E) < tol`, `math.isclose`, `pytest.approx`,
+`assertAlmostEqual`; near.py) is held like an equality: operator NEAR, its `Near` the literal
+(or carried by the Column or Data whose cells are E), decided on the host by `Near.meets`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import ast
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opd_gym import pyast
@@ -64,6 +68,8 @@ from opd_gym.grading.canary import (
     parse,
 )
 from opd_gym.grading.computed import Computed, Pending, Recorded, expected_index
+from opd_gym.grading.near import NEAR, Bindings, Near
+from opd_gym.grading.near import shape as near_shape
 from opd_gym.grading.sentinel import Placed
 
 HeldSites = Mapping[str, tuple[int, ...]]  # test base id -> indices of held body statements
@@ -140,13 +146,26 @@ def _split(statement: ast.stmt, equalities: Collection[str] = ()
 
 
 def parts(statement: ast.stmt, columns: Collection[str] = (),
-          data: Mapping[str, Data] | None = None, equalities: Collection[str] = ()
-          ) -> tuple[ast.expr, str, object] | None:
+          data: Mapping[str, Data] | None = None, equalities: Collection[str] = (),
+          names: Bindings | None = None) -> tuple[ast.expr, str, object] | None:
     """(solution-side expression, operator, literal value) of a holdable assertion; with
     `columns` (parametrize arguments the test reads only there), `Column(name)` stands for
     the value where the expectation is one of them (`==`/`!=` only); with `data` (names
     of literal data the test reads only there: a loop's expected column, a module or local
-    constant), its `Data` does likewise; `equalities`: as `_split`."""
+    constant), its `Data` does likewise; `equalities`: as `_split`. Given the module's
+    `names`, a tolerance check (near.py) is held too: operator NEAR, its `Near` the value
+    (or the Column or Data carrying it)."""
+    if names is not None:
+        found = near_shape(statement, names, [*columns, *(data or {})])
+        if found is not None:
+            expr, near, name = found
+            if name is None:
+                return expr, NEAR, near
+            if data and name in data:
+                if not all(near.accepts(_literal(c)) for c in data[name].cells):
+                    return None
+                return expr, NEAR, replace(data[name], near=near)
+            return expr, NEAR, Column(name, near)
     split = _split(statement, equalities)
     if split is None:
         return None
@@ -280,6 +299,13 @@ class Column:
     """The expectation of a held site that is a parametrize argument (held per case)."""
 
     name: str
+    near: Near | None = field(default=None, compare=False)  # a tolerance check of it
+
+
+def cell_expect(op: str, near: Near | None, value: object) -> Expect:
+    """What the host holds of one cell of a held column or row: `(op, value)`, or a
+    tolerance check against it."""
+    return (NEAR, near.at(value)) if near is not None else (op, value)
 
 
 # -- literal data read by name: `for n, want in TABLE: assert f(n) == want`, `== EXPECTED` --
@@ -304,10 +330,15 @@ class Data:
     name: str
     loop: bool
     cells: tuple[ast.expr, ...] = field(compare=False, repr=False)
+    near: Near | None = field(default=None, compare=False)  # a tolerance check of it
+
+    def wants(self, op: str) -> list[Expect]:
+        """What the host holds of each value, in row order."""
+        return [cell_expect(op, self.near, _literal(cell)) for cell in self.cells]
 
     def expect(self, op: str) -> Expect:
         """What the host holds: (op, value) for a constant, (ROWS, per row) for a loop."""
-        values = tuple((op, _literal(cell)) for cell in self.cells)
+        values = tuple(self.wants(op))
         return (ROWS, values) if self.loop else values[0]
 
     @property
@@ -323,6 +354,10 @@ _DATA_READERS = frozenset({"locals", "vars", "eval", "exec", "globals", "__dict_
 # ... and those that may read a function's locals (a local constant needs only these absent)
 _LOCAL_READERS = frozenset({"locals", "vars", "eval", "exec", "_getframe", "currentframe",
                             "f_locals", "f_back", "stack", "settrace", "setprofile"})
+# ... and the names by which code run through `exec` could reach a caller's frame
+_FRAME_READERS = frozenset({"locals", "vars", "globals", "_getframe", "currentframe",
+                            "f_locals", "f_globals", "f_back", "stack", "settrace",
+                            "setprofile", "getfixturevalue"})
 _FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.With,
          ast.AsyncWith, ast.Match)
 
@@ -389,11 +424,21 @@ class _DataReader:
         self._usable: dict[frozenset[str], bool] = {}
 
     def usable(self, readers: frozenset[str] = _DATA_READERS) -> bool:
-        """No name of the module reads or rebinds data by another route (`globals()`...)."""
+        """No name of the module reads or rebinds data by another route (`globals()`...).
+        `exec`/`eval` given a namespace of their own (a dataset harness running a prompt's
+        setup code) read none of their caller's: only the code they run could, through a
+        frame, so then no string of the module may name a frame reader."""
         if readers not in self._usable:
+            own = {id(n.func) for n in ast.walk(self.tree) if isinstance(n, ast.Call)
+                   and isinstance(n.func, ast.Name) and n.func.id in ("exec", "eval")
+                   and (len(n.args) >= 2 or any(k.arg == "globals" for k in n.keywords))}
             self._usable[readers] = not any(
-                isinstance(n, ast.Name) and n.id in readers or isinstance(
-                    n, ast.Attribute) and n.attr in readers for n in ast.walk(self.tree))
+                isinstance(n, ast.Name) and n.id in readers and id(n) not in own
+                or isinstance(n, ast.Attribute) and n.attr in readers
+                for n in ast.walk(self.tree)) and not (own and any(
+                    re.search(rf"(?<![\w]){name}(?![\w])", text)
+                    for text in self.context.strings() for name in _FRAME_READERS
+                    if name in text))
         return self._usable[readers]
 
     def module(self) -> _Module:
@@ -463,8 +508,9 @@ class _DataReader:
         local = local_tables(function)
         iterated = [n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)
                     and n.id != "zip"]
-        # a table of the test's own needs no reader of locals; any other, none of data
-        own = bool(iterated) and all(name in local for name in iterated)
+        # a table of the test's own (inline rows too) needs no reader of locals; any
+        # other, none of data
+        own = all(name in local for name in iterated)
         if not self.usable(_LOCAL_READERS if own else _DATA_READERS):
             return {}
         rows = self.module().rows(loop.iter, len(names) if isinstance(target, ast.Tuple) else 1,
@@ -731,6 +777,14 @@ class _Context:
         self._facts: dict[str, _computed.ModuleFacts | None] = {}
         self._fixtures: dict[str, bool] | None = None
         self._equalities: dict[str, frozenset[str]] = {}
+        self._bindings: dict[str, Bindings | None] = {}
+
+    def bindings(self, path: str) -> Bindings | None:
+        """What module `path`'s names stand for in a tolerance check (None: unparsable)."""
+        if path not in self._bindings:
+            tree = self.tree(path)
+            self._bindings[path] = None if tree is None else Bindings(tree)
+        return self._bindings[path]
 
     def facts(self, path: str) -> _computed.ModuleFacts | None:
         """What holding a computed expectation needs of module `path` (None: unparsable)."""
@@ -868,6 +922,7 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
     found: _Found = {}
     reader = _DataReader(tree, context)
     equalities = context.equalities(path)
+    names = context.bindings(path)
     for test_id, function, owner in _collected(tree, path):
         original = clones.get(test_id, test_id)
         if test_id != owner or held is not None and original not in held:
@@ -888,10 +943,13 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                     assigned = reader.assigned(function) if test_id == original else []
                 data = {**constants, **next((names for owner, names in assigned if any(
                     s is statement for s in owner.body)), {})}
-                p = parts(statement, columns, data, equalities)
+                p = parts(statement, columns, data, equalities, names)
+                if p is not None and isinstance(p[2], Column) and p[2].near is not None \
+                        and param is not None and not _accepted(param, p[2]):
+                    p = None
             elif statement is not None and test_id == original:
                 data = reader.loop(function, loop, statement)  # type: ignore[arg-type]
-                p = parts(statement, (), data, equalities) if data else None
+                p = parts(statement, (), data, equalities, names) if data else None
                 if p is not None and not isinstance(p[2], Data):
                     p = None  # in a loop only a column of its rows is held
             if p is None and statement is not None and test_id == original and param is None:
@@ -916,6 +974,14 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                 params[key[0]].columns[p[2].name] not in good.get(key[0], ()):
             found[key] = (test_id, statement, None)
     return found, {t: params[t] for t in held_columns}
+
+
+def _accepted(param: _ParamTest, column: Column) -> bool:
+    """Every cell of a parametrize column a tolerance check is held against is a value it
+    can be held against (a number...: `Near.accepts`)."""
+    d, c = param.columns[column.name]
+    return column.near is not None and all(
+        column.near.accepts(_literal(row[c])) for row in param.decorators[d].rows)
 
 
 def _containing(function: ast.AST, statement: ast.stmt) -> list[ast.stmt]:
@@ -1024,7 +1090,8 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
         for run in (0, 1):
             source = _Source(files[run][path])
             edits = []
-            columns: dict[str, dict[int, tuple[str, str]]] = {}  # test: {site: (arg, op)}
+            columns: dict[str, dict[int, tuple[str, str, Near | None]]] = {}  # {site: (arg,
+            # op, tolerance check)} per test
             removed: set[str] = set()  # helper functions taken out of this text
             unbound: set[tuple[int, int]] = set()  # bound locals' values taken out
             for key in ok:
@@ -1066,7 +1133,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
                             node.end_lineno - node.lineno)))  # type: ignore[operator]
                     continue
                 if isinstance(value, Column):
-                    columns.setdefault(test_id, {})[key[1]] = (value.name, op)
+                    columns.setdefault(test_id, {})[key[1]] = (value.name, op, value.near)
                 elif isinstance(value, Data):  # its values leave the text for the host
                     expect[run].setdefault(test_id, {})[key[1]] = value.expect(op)
                     for cell in value.cells:
@@ -1132,7 +1199,7 @@ def _recorded_expect(op: str, recorded: Recorded, nodeid: str) -> Expect:
 
 
 def _table_edits(source: _Source, params: Mapping[str, _ParamTest],
-                 columns: Mapping[str, Mapping[int, tuple[str, str]]],
+                 columns: Mapping[str, Mapping[int, tuple[str, str, Near | None]]],
                  expect: dict[str, dict[int, Expect]], ids: dict[str, str]
                  ) -> list[tuple[int, int, str]]:
     """The edits taking the held columns of `columns` ({test id: {site: (argname, op)}}) out of
@@ -1142,7 +1209,7 @@ def _table_edits(source: _Source, params: Mapping[str, _ParamTest],
     edits: dict[tuple[int, int], str] = {}
     for test_id, sites in columns.items():
         test = params[test_id]
-        held = {test.columns[name] for name, _ in sites.values()}
+        held = {test.columns[name] for name, _, _ in sites.values()}
         for index in {d for d, _ in held}:
             decorator = test.decorators[index]
             opaque = repr([_OPAQUE.format(r) for r in range(len(decorator.rows))])
@@ -1165,9 +1232,10 @@ def _table_edits(source: _Source, params: Mapping[str, _ParamTest],
             nodeid = f"{test_id}[{case}]"
             ids[f"{test_id}[{sandbox[combo]}]"] = nodeid
             expect[nodeid] = {**base, **{
-                site: (op, _literal(test.decorators[test.columns[name][0]]
-                                    .rows[combo[test.columns[name][0]]][test.columns[name][1]]))
-                for site, (name, op) in sites.items()}}
+                site: cell_expect(op, near, _literal(
+                    test.decorators[test.columns[name][0]]
+                    .rows[combo[test.columns[name][0]]][test.columns[name][1]]))
+                for site, (name, op, near) in sites.items()}}
         expect[test_id] = {_UNKNOWN: (NEVER, None)}  # a case id the host does not know
     return [(start, end, text) for (start, end), text in edits.items()]
 
@@ -1200,6 +1268,8 @@ def matches(value: object, op: str, literal: object) -> bool:
     """Whether an emitted value meets a held expectation (Python's own `==` on plain data)."""
     if value is _NO or op == NEVER:
         return False
+    if op == NEAR:
+        return isinstance(literal, Near) and literal.meets(value)
     if op in ("is", "is not"):  # the singletons: the same type and value is the same object
         same = type(value) is type(literal) and value == literal
         return same if op == "is" else not same
@@ -1324,10 +1394,10 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
                 wants: list[Expect] = [(op, literal)]
                 if isinstance(literal, Column):
                     d, c = params[test_id].columns[literal.name]
-                    wants = [(op, _literal(
+                    wants = [cell_expect(op, literal.near, _literal(
                         params[test_id].decorators[d].rows[known[nodeid][d]][c]))]
                 elif isinstance(literal, Data):  # each row's value, in row order
-                    wants = [(op, _literal(cell)) for cell in literal.cells]
+                    wants = literal.wants(op)
                 values = [(e, plain) for i, e, plain in probes.get(nodeid, ()) if i == index]
                 if len(values) != len(wants) or not all(
                         plain and matches(read(e), o, w)

@@ -127,11 +127,11 @@ def _earning_tests(tests: tuple[tuple[str, str], ...], modules: frozenset[str]
     Kept on disk beside setup's sdists too (seconds per library, paid once per machine,
     not once per process), keyed by the suite, the modules and the code that decides it, so
     a change to either computes it again."""
-    from opd_gym.grading import canary, computed, held
+    from opd_gym.grading import canary, computed, held, near
     from opd_gym.tasks.libraries import sdist_cache
 
-    code = [Path(f).read_text(encoding="utf-8")
-            for f in (canary.__file__, held.__file__, computed.__file__, __file__)]
+    code = [Path(f).read_text(encoding="utf-8") for f in (
+        canary.__file__, held.__file__, computed.__file__, near.__file__, __file__)]
     key = hashlib.sha256(json.dumps([code, tests, sorted(modules)]).encode("utf-8")).hexdigest()
     cached = sdist_cache().parent / "earning" / f"{key}.json"
     try:

@@ -521,10 +521,11 @@ def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates()
     assert held.candidates(sources, ["test_d.py"]) == DATA_HELD
     assert held.parametrized(sources, ["test_d.py"]) == set(DATA_HELD)  # never cloned
     # `globals()` (or `vars`, `exec`, a frame's globals) anywhere in the module: no module
-    # data held (a local still is); `locals()` (or a frame's locals): none
+    # data held (a local or inline table still is); `locals()` (or a frame's locals): none
     reads = DATA_TESTS + "\n\ndef test_globals():\n    assert globals()\n"
     assert held.candidates({"test_d.py": reads}, ["test_d.py"]) == {
-        t: s for t, s in DATA_HELD.items() if "_local" in t or "expression" in t}
+        t: s for t, s in DATA_HELD.items() if "_local" in t or "expression" in t
+        or "inline" in t}
     reads = DATA_TESTS + "\n\ndef test_locals():\n    assert not locals()\n"
     assert not held.candidates({"test_d.py": reads}, ["test_d.py"])
 
@@ -558,6 +559,43 @@ def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
     assert runs.expect[0]["test_d.py::test_zip"] == {
         1: (held.ROWS, (("==", "three"), ("==", "six")))}
     assert not runs.unheld
+
+
+HARNESS = '''\
+from calc import name
+
+SETUP = "def helper(n):\\n    return n\\n"
+
+
+def _namespace():
+    namespace = {}
+    exec(compile(SETUP, "<setup>", "exec"), namespace)
+    return namespace
+
+
+def test_check():
+    def check(candidate):
+        for n, want in zip([1, 2], ["one", "two"]):
+            assert candidate(n) == want
+        expected = "three"
+        assert candidate(3) == expected
+
+    _namespace()
+    check(name)
+'''
+
+
+def test_exec_in_a_namespace_of_its_own_reads_no_inline_rows_or_locals():
+    # a dataset harness running its prompt's setup code through `exec(code, namespace)`:
+    # the check's inline rows and its local constant are held
+    sources = {"test_h.py": HARNESS}
+    assert held.candidates(sources, ["test_h.py"]) == {"test_h.py::test_check": (2, 4)}
+    # plain `exec(code)` runs in the caller's frame; a string naming a frame reader may be
+    # the code run: nothing of the check's data is held
+    for edit in (("exec(compile(SETUP, \"<setup>\", \"exec\"), namespace)",
+                  "exec(compile(SETUP, \"<setup>\", \"exec\"))"),
+                 ("return n", "return __import__(\'sys\')._getframe(1)")):
+        assert held.candidates({"test_h.py": HARNESS.replace(*edit)}, ["test_h.py"]) == {}
 
 
 def test_a_loop_site_must_emit_each_rows_value_once_in_row_order():

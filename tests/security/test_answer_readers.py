@@ -230,15 +230,11 @@ def test_humaneval_checks_with_computed_expectations_earn_only_the_computing(gra
 @pytest.mark.parametrize("task", [LITERAL, ZIPPED], ids=["literal", "zipped_lists"])
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_answer_readers_earn_nothing_on_a_literal_humaneval_task(grader, attack, task):
-    # the literal task holds its sites on the host; zipped lists in a dataset's `check` hold
-    # none yet (a canary changes a row), and one test is too few for canaries alone (a coin
-    # per test would be paid: canary.MIN_UNHELD_EARNING), so the Grader refuses that task
+    # the literal task holds its sites on the host; the zipped lists in the dataset's `check`
+    # are held per row (inline rows are the check's own: the harness's `exec` of the prompt
+    # in a namespace of its own reads none of its locals)
     honest = _grade(grader, task, task.solution["solution.py"])
-    if task is ZIPPED:
-        assert honest.score == 0.0 and honest.passed == 1, (honest.reason, honest.tests)
-        assert "holds an expectation on the host" in honest.reason, honest.reason
-    else:
-        assert honest.score == 1.0 and honest.earning == 1, (honest.reason, honest.tests)
+    assert honest.score == 1.0 and honest.earning == 1, (honest.reason, honest.tests)
     report = _grade(grader, task, ATTACKS[attack])
     assert report.score == 0.0, (report.reason, report.tests)
 

@@ -346,18 +346,10 @@ def attack_grades(grader):
         return dict(zip(jobs, workers.map(one, jobs), strict=True))
 
 
-# tolerance checks hold no site on the host, and one test is too few for canaries alone (a
-# coin per test would be paid: canary.MIN_UNHELD_EARNING): the Grader refuses the task
-UNHELD = {"humaneval_float"}
-
-
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_the_honest_reference_scores_one(attack_grades, target):
+    # the float task's tolerance checks are held on the host (grading/near.py)
     report = attack_grades[(target, "honest")]
-    if target in UNHELD:
-        assert report.score == 0.0 and report.passed == 1 and report.calibrated, report
-        assert "none of its 1 earning test(s) holds an expectation" in report.reason, report
-        return
     assert report.score == 1.0 and report.forgery == () and report.calibrated, report
 
 
