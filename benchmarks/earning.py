@@ -11,7 +11,9 @@ the figure) a task with such a test earns only through them (held-only tasks), t
 the canary scheme: `earn % (hold)` (static: calibration may still drop a site the reference's
 value does not meet as plain data, or one its earning tests lack). `computed` counts the held
 tests that earn through a site comparing with a value the test computes (computed.py: the
-host holds the reference's value; calibration still checks another process computes it alike).
+host holds the reference's value; calibration still checks another process computes it alike)
+or a bare truth assertion on the solution's value (`assert f(x)`: both need the solution's
+modules to be found).
 
     python benchmarks/earning.py [--repo-sample 20] [--humaneval HumanEval.jsonl]
 

@@ -85,6 +85,8 @@ _EQUAL = {"assertEqual": "==", "assertEquals": "==", "assertNotEqual": "!=",
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not"}
 _NOT = {"==": "!=", "!=": "==", "is": "is not", "is not": "is"}
 NEVER = "never"  # the operator of an expectation nothing meets
+TRUTHY, FALSY = "truthy", "falsy"  # `assert x` / `assert not x`: x's truth is the expectation
+_TRUTH_CALLS = {"assertTrue": TRUTHY, "assertFalse": FALSY}
 _UNKNOWN = -2  # the site of a test held per case: its id alone names no case
 _Parts = tuple[ast.expr, str, object]
 
@@ -166,6 +168,9 @@ def parts(statement: ast.stmt, columns: Collection[str] = (),
                     return None
                 return expr, NEAR, replace(data[name], near=near)
             return expr, NEAR, Column(name, near)
+    truth = _truth(statement)
+    if truth is not None:
+        return truth
     split = _split(statement, equalities)
     if split is None:
         return None
@@ -196,6 +201,29 @@ def parts(statement: ast.stmt, columns: Collection[str] = (),
            for n in ast.walk(expr)):
         return None
     return expr, op, value
+
+
+def _truth(statement: ast.stmt) -> tuple[ast.expr, str, object] | None:
+    """(expression, TRUTHY or FALSY, None) of a bare truth assertion: `assert x`, `assert not
+    x` (any number of `not`s), unittest's `assertTrue(x)`/`assertFalse(x)`, where x is no
+    comparison, no `and`/`or` and no literal. Its expectation is only a bool, as for `x is
+    True`: the host reads the truth of the emitted value (builtin data's own `bool`)."""
+    if isinstance(statement, ast.Expr) and isinstance(call := statement.value, ast.Call) \
+            and isinstance(call.func, ast.Attribute) and call.func.attr in _TRUTH_CALLS \
+            and len(call.args) == 1 and not call.keywords \
+            and not isinstance(call.args[0], ast.Starred):
+        op, test = _TRUTH_CALLS[call.func.attr], call.args[0]
+    elif isinstance(statement, ast.Assert):
+        op, test = TRUTHY, statement.test
+    else:
+        return None
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        op, test = FALSY if op == TRUTHY else TRUTHY, test.operand
+    if isinstance(test, ast.Compare | ast.BoolOp | ast.Starred) or _literal(test) is not _NO \
+            or any(isinstance(n, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
+                   for n in ast.walk(test)):
+        return None
+    return test, op, None
 
 
 def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
@@ -952,6 +980,9 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                 p = parts(statement, (), data, equalities, names) if data else None
                 if p is not None and not isinstance(p[2], Data):
                     p = None  # in a loop only a column of its rows is held
+            if p is not None and p[1] in (TRUTHY, FALSY) and not _from_solution(
+                    context, path, function, p[0]):
+                p = None  # a truth the solution does not decide guards nothing
             if p is None and statement is not None and test_id == original and param is None:
                 p = _computed_parts(context, path, function, statement, loop, original, index)
             if p is not None:
@@ -974,6 +1005,13 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                 params[key[0]].columns[p[2].name] not in good.get(key[0], ()):
             found[key] = (test_id, statement, None)
     return found, {t: params[t] for t in held_columns}
+
+
+def _from_solution(context: _Context, path: str, function: ast.AST, expr: ast.expr) -> bool:
+    """`expr`'s value comes from the solution (computed.py's judge; given the solution's
+    modules only)."""
+    facts = context.facts(path)
+    return facts is not None and facts.judge_for(function).value(expr) == _SOL
 
 
 def _accepted(param: _ParamTest, column: Column) -> bool:
@@ -1270,6 +1308,8 @@ def matches(value: object, op: str, literal: object) -> bool:
         return False
     if op == NEAR:
         return isinstance(literal, Near) and literal.meets(value)
+    if op in (TRUTHY, FALSY):  # builtin data's own truth
+        return bool(value) is (op == TRUTHY)
     if op in ("is", "is not"):  # the singletons: the same type and value is the same object
         same = type(value) is type(literal) and value == literal
         return same if op == "is" else not same

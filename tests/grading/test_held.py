@@ -109,6 +109,51 @@ def test_calibration_holds_only_plain_values_meeting_the_literal_once():
     assert held.calibrated(sites, {"test_calc.py": TESTS}, probes, []) == {}
 
 
+TRUTH_TESTS = '''\
+import unittest
+
+from calc import is_even
+
+TABLE = [1, 2]
+
+
+def test_truth():
+    assert is_even(2)
+    assert not is_even(3), "odd"
+    assert not not is_even(4)
+    assert TABLE
+    assert is_even(2) and is_even(4)
+
+
+class TestTruth(unittest.TestCase):
+    def test_methods(self):
+        self.assertTrue(is_even(6))
+        self.assertFalse(is_even(7))
+'''
+
+
+def test_bare_truth_assertions_on_the_solutions_values_are_held_as_their_truth():
+    sources = {"test_t.py": TRUTH_TESTS}
+    # only where the solution decides the value (a module constant's truth guards nothing)
+    sites = {"test_t.py::test_truth": (0, 1, 2), "test_t.py::TestTruth::test_methods": (0, 1)}
+    assert held.candidates(sources, ["test_t.py"], solution=["calc"]) == sites
+    assert held.candidates(sources, ["test_t.py"]) == {}  # the solution unknown
+    runs = held.rewrite((sources, sources), sites, ((), ()), solution=["calc"])
+    text = runs.files[0]["test_t.py"]
+    for held_site in ("hold(0, (is_even(2)))\n", "hold(1, (is_even(3)))\n",
+                      "hold(2, (is_even(4)))\n", "hold(1, (is_even(7)))\n"):
+        assert held_site in text  # the polarity (`not`, assertFalse) leaves the sandbox
+    assert "not " not in text and "odd" not in text and "assertFalse" not in text
+    assert runs.expect[0]["test_t.py::test_truth"] == {
+        0: (held.TRUTHY, None), 1: (held.FALSY, None), 2: (held.TRUTHY, None)}
+    assert runs.expect[0]["test_t.py::TestTruth::test_methods"] == {
+        0: (held.TRUTHY, None), 1: (held.FALSY, None)}
+    for emitted, truth in (("True", True), ("[0]", True), ("''", False), ("0.0", False),
+                           ("None", False), ("{1: 2}", True), ("", None)):
+        assert held.matches(held.read(emitted), held.TRUTHY, None) is (truth is True)
+        assert held.matches(held.read(emitted), held.FALSY, None) is (truth is False)
+
+
 # -- parametrize expectations: held per case -------------------------------------------------
 PARAM_TESTS = '''\
 import pytest
