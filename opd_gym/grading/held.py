@@ -206,8 +206,9 @@ def parts(statement: ast.stmt, columns: Collection[str] = (),
 def _truth(statement: ast.stmt) -> tuple[ast.expr, str, object] | None:
     """(expression, TRUTHY or FALSY, None) of a bare truth assertion: `assert x`, `assert not
     x` (any number of `not`s), unittest's `assertTrue(x)`/`assertFalse(x)`, where x is no
-    comparison, no `and`/`or` and no literal. Its expectation is only a bool, as for `x is
-    True`: the host reads the truth of the emitted value (builtin data's own `bool`)."""
+    comparison, no `and`/`or` and no literal (`_file_sites` holds it only where x calls the
+    solution). Its expectation is only a bool, as for `x is True`: the host reads the truth
+    of the emitted value (builtin data's own `bool`)."""
     if isinstance(statement, ast.Expr) and isinstance(call := statement.value, ast.Call) \
             and isinstance(call.func, ast.Attribute) and call.func.attr in _TRUTH_CALLS \
             and len(call.args) == 1 and not call.keywords \
@@ -254,6 +255,32 @@ def _straight(function: ast.AST) -> list[tuple[int, ast.stmt, ast.For | None]]:
 
     walk(function)
     return found
+
+
+def _repeated(function: ast.AST) -> set[int]:
+    """The ids of the statements of nested helpers that may run more than once in a test
+    (`_straight` walks them): the enclosing function names the helper more or less than
+    once, or in a loop or comprehension (`check(A); check(B)`). Their sites would emit once
+    per call, so calibration could never vouch for them; they are not candidates either."""
+    out: set[int] = set()
+    loops = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp,
+             ast.GeneratorExp, ast.Lambda)
+
+    def walk(node: ast.AST) -> None:
+        for statement in node.body if isinstance(node, ast.FunctionDef) else ():
+            if not isinstance(statement, ast.FunctionDef) or statement.decorator_list:
+                continue
+            looped = {id(n) for loop in ast.walk(node) if isinstance(loop, loops)
+                      for n in ast.walk(loop)}
+            loads = [n for n in ast.walk(node) if isinstance(n, ast.Name)
+                     and n.id == statement.name and isinstance(n.ctx, ast.Load)]
+            if len(loads) != 1 or id(loads[0]) in looped:
+                out.update(id(n) for n in ast.walk(statement) if isinstance(n, ast.stmt))
+            else:
+                walk(statement)
+
+    walk(function)
+    return out
 
 
 def _subtest(statement: ast.stmt) -> bool:
@@ -612,13 +639,23 @@ def _plain_id(text: object) -> bool:
         32 <= ord(c) < 127 and c != "\\" for c in text)
 
 
+def _escaped(text: str) -> str | None:
+    """A text id as pytest reports it (text outside printable ASCII escaped, as pytest's
+    `ascii_escaped` does), None for an empty or long one."""
+    if _plain_id(text):
+        return text
+    if not 0 < len(text) <= 100:
+        return None
+    escaped = text.encode("unicode_escape").decode("ascii")
+    return "".join(c if 32 <= ord(c) < 127 else f"\\x{ord(c):02x}" for c in escaped)
+
+
 def _id_of(node: ast.expr, argname: str, index: int) -> str | None:
     """pytest's id for one literal value (canary._id_part, and text outside printable ASCII
     escaped as pytest escapes it); calibration checks it against the ids pytest gave."""
     value = _literal(node)
-    if isinstance(value, str) and 0 < len(value) <= 100 and not _plain_id(value):
-        escaped = value.encode("unicode_escape").decode("ascii")
-        return "".join(c if 32 <= ord(c) < 127 else f"\\x{ord(c):02x}" for c in escaped)
+    if isinstance(value, str) and value and not _plain_id(value):
+        return _escaped(value)
     return _id_part(node, argname, index)
 
 
@@ -649,11 +686,11 @@ def _decorator(call: ast.expr, tables: Mapping[str, ast.expr]) -> _Decorator | N
             return None
     ids_node = call.keywords[0].value if call.keywords else None
     if ids_node is not None:
-        given = _literal(ids_node)
+        given = _literal(ids_node)  # explicit ids are escaped as values are (pytest 8, 9)
         if not isinstance(given, list | tuple) or len(given) != len(rows) \
-                or not all(_plain_id(i) for i in given):
+                or not all(isinstance(i, str) and _escaped(i) for i in given):
             return None
-        ids = list(given)
+        ids = [_escaped(i) for i in given]  # type: ignore[misc]
     else:
         parts = [[_id_of(v, n, i) for v, n in zip(r, names, strict=True)]
                  for i, r in enumerate(rows)]
@@ -956,7 +993,9 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
         if test_id != owner or held is not None and original not in held:
             continue
         param = params.get(test_id) if test_id == original else None
-        body = {i: (statement, loop) for i, statement, loop in _straight(function)}
+        repeated = _repeated(function)
+        body = {i: (statement, loop) for i, statement, loop in _straight(function)
+                if id(statement) not in repeated}
         constants: dict[str, Data] | None = None
         assigned: list[tuple[ast.FunctionDef, dict[str, Data]]] | None = None
         budget = MAX_HELD  # values the test emits: a loop site that would pass it is not held
@@ -980,9 +1019,9 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                 p = parts(statement, (), data, equalities, names) if data else None
                 if p is not None and not isinstance(p[2], Data):
                     p = None  # in a loop only a column of its rows is held
-            if p is not None and p[1] in (TRUTHY, FALSY) and not _from_solution(
+            if p is not None and p[1] in (TRUTHY, FALSY) and not _solution_call(
                     context, path, function, p[0]):
-                p = None  # a truth the solution does not decide guards nothing
+                p = None  # only the truth of the solution's own answer is held
             if p is None and statement is not None and test_id == original and param is None:
                 p = _computed_parts(context, path, function, statement, loop, original, index)
             if p is not None:
@@ -1007,11 +1046,22 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
     return found, {t: params[t] for t in held_columns}
 
 
-def _from_solution(context: _Context, path: str, function: ast.AST, expr: ast.expr) -> bool:
-    """`expr`'s value comes from the solution (computed.py's judge; given the solution's
-    modules only)."""
+def _solution_call(context: _Context, path: str, function: ast.AST, expr: ast.expr) -> bool:
+    """`expr` calls the solution itself: a function of it by name (`candidate(x)`, `from calc
+    import is_even`: computed.py's judge; given the solution's modules only) or through its
+    module (`calc.is_even(x)`). Not a check of the test applied to the solution's value
+    (`isinstance(f(x), int)`, `len(...)`, a helper), whose truth a wrong answer meets as well,
+    nor a method of a value the solution returned (it may be a subclass that lies)."""
     facts = context.facts(path)
-    return facts is not None and facts.judge_for(function).value(expr) == _SOL
+    if facts is None or not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    if isinstance(func, ast.Name):
+        return facts.judge_for(function).value(func) == _SOL
+    names = context.bindings(path)
+    module = names.stands_for(func.value) if names is not None and isinstance(
+        func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+    return module is not None and module.partition(".")[0] in context.solution
 
 
 def _accepted(param: _ParamTest, column: Column) -> bool:

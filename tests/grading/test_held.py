@@ -112,6 +112,7 @@ def test_calibration_holds_only_plain_values_meeting_the_literal_once():
 TRUTH_TESTS = '''\
 import unittest
 
+import calc
 from calc import is_even
 
 TABLE = [1, 2]
@@ -120,9 +121,12 @@ TABLE = [1, 2]
 def test_truth():
     assert is_even(2)
     assert not is_even(3), "odd"
-    assert not not is_even(4)
+    assert not not calc.is_even(4)
     assert TABLE
     assert is_even(2) and is_even(4)
+    assert isinstance(is_even(5), bool)
+    assert is_even(6).real
+    assert str(is_even(8)).startswith("T")
 
 
 class TestTruth(unittest.TestCase):
@@ -134,14 +138,15 @@ class TestTruth(unittest.TestCase):
 
 def test_bare_truth_assertions_on_the_solutions_values_are_held_as_their_truth():
     sources = {"test_t.py": TRUTH_TESTS}
-    # only where the solution decides the value (a module constant's truth guards nothing)
+    # only where the solution's own answer is the value (a module constant's truth, a type
+    # check a wrong answer meets too, a method of a returned value: not held)
     sites = {"test_t.py::test_truth": (0, 1, 2), "test_t.py::TestTruth::test_methods": (0, 1)}
     assert held.candidates(sources, ["test_t.py"], solution=["calc"]) == sites
     assert held.candidates(sources, ["test_t.py"]) == {}  # the solution unknown
     runs = held.rewrite((sources, sources), sites, ((), ()), solution=["calc"])
     text = runs.files[0]["test_t.py"]
     for held_site in ("hold(0, (is_even(2)))\n", "hold(1, (is_even(3)))\n",
-                      "hold(2, (is_even(4)))\n", "hold(1, (is_even(7)))\n"):
+                      "hold(2, (calc.is_even(4)))\n", "hold(1, (is_even(7)))\n"):
         assert held_site in text  # the polarity (`not`, assertFalse) leaves the sandbox
     assert "not " not in text and "odd" not in text and "assertFalse" not in text
     assert runs.expect[0]["test_t.py::test_truth"] == {
@@ -190,8 +195,14 @@ def test_single(x):
     assert x == name(0)
 
 
-@pytest.mark.parametrize("text,upper", [("malmö", "MALMÖ"), ("a\\tb", "A\\tB"), ("\\251", "©")])
+@pytest.mark.parametrize("text,upper", [("malmö", "MALMÖ"), ("a\\tb", "A\\tB"), ("\\251", "©"),
+                                        ("", "")])
 def test_escaped(text, upper):
+    assert text.upper() == upper
+
+
+@pytest.mark.parametrize("text,upper", [("é", "É"), ("o", "O")], ids=["Índia", "tab\tid"])
+def test_explicit_ids(text, upper):
     assert text.upper() == upper
 
 
@@ -235,7 +246,8 @@ def test_fixture(a, b, tmp_path):
     assert add(a, 4) == b
 '''
 PARAM_HELD = {"test_p.py::test_name", "test_p.py::test_name_again", "test_p.py::test_stacked",
-              "test_p.py::test_single", "test_p.py::test_escaped"}
+              "test_p.py::test_single", "test_p.py::test_escaped",
+              "test_p.py::test_explicit_ids"}  # explicit ids escaped as pytest does
 
 
 def test_parametrize_columns_read_once_from_literal_tables_are_candidates():
@@ -324,7 +336,7 @@ def test_the_ids_are_plain_pytests_before_and_after_the_rewrite(tmp_path):
 def test_probes_keep_the_table_and_its_ids():
     runs = _param_runs(probe=True)
     text = runs.files[0]["test_p.py"]
-    assert '(1, "one")' in text and text.count("ids=") == 1 and not runs.ids
+    assert '(1, "one")' in text and text.count("ids=") == 2 and not runs.ids  # their own
     assert 'assert __import__("opd_grading").hold(0, (name(n))) == word' in text
 
 
