@@ -236,6 +236,25 @@ def scratch_dir():
 
 HELD_CHARS = 1 << 16  # the longest canonical form emitted (longer: not comparable)
 _SCALARS = (bool, int, float, complex, str, bytes)
+_BASES = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+# what Python's own comparisons, truth, hashing and the held tolerance checks call on a value
+_SEMANTIC = ("__eq__", "__ne__", "__hash__", "__bool__", "__len__", "__lt__", "__le__",
+             "__gt__", "__ge__", "__iter__", "__contains__", "__getitem__", "__abs__",
+             "__sub__", "__rsub__", "__neg__", "__round__", "__float__", "__int__",
+             "__index__", "__complex__")
+
+
+def _as_base(kind):
+    """Whether instances of `kind`, a subclass of one builtin type, compare, hash and test
+    true exactly as its base's do: no class before the base in its MRO defines any of
+    `_SEMANTIC` (a namedtuple, an int Enum, a dict subclass adding attribute access), so the
+    base's value is what Python's `==` would have compared."""
+    bases = [b for b in _BASES if issubclass(kind, b)]
+    if len(bases) != 1:
+        return False
+    mro = kind.__mro__
+    before = mro[:mro.index(bases[0])]
+    return not any(name in vars(c) for c in before for name in _SEMANTIC)
 
 
 class _TooBig(Exception):
@@ -243,7 +262,8 @@ class _TooBig(Exception):
 
 
 def canonical(value):
-    """(repr of the value as builtin data, whether it already was plain builtin data).
+    """(repr of the value as builtin data, whether Python's own comparisons see that data:
+    builtin data, or subclasses that change none of their base's semantics, `_as_base`).
 
     Bools, ints, floats, complex, str, bytes and None as they are; lists, tuples, dicts, sets
     and frozensets (a set repr: equal to its frozenset) recursively; a subclass of one of
@@ -273,8 +293,8 @@ def canonical(value):
             return text(number(v))
         if v is None or kind in _SCALARS:
             return text(repr(v))
-        if kind not in (list, tuple, dict, set, frozenset):
-            plain[0] = False  # a subclass, or another type: reduced below
+        if kind not in (list, tuple, dict, set, frozenset) and not _as_base(kind):
+            plain[0] = False  # a subclass of its own semantics, or another type: reduced below
         if isinstance(v, bool):
             return text(repr(bool.__bool__(v)))
         if isinstance(v, int):

@@ -1045,3 +1045,56 @@ def test_an_in_process_task_only_canaries_guard_needs_many_earning_tests(local_p
                          for i in range(3)), task_id="unheld_big_child")
     report = Grader(local_pool).grade(child, {"calc.py": BIG.encode()})
     assert report.score == 1.0 and report.earning == 3, report
+
+
+NAMED = '''\
+from collections import namedtuple
+
+Pair = namedtuple("Pair", "low high")
+
+
+class Folded(str):
+    """Equal to any text that differs only in case: not the str the host would compare."""
+
+    def __eq__(self, other):
+        return str.lower(self) == str.lower(other)
+
+    __hash__ = str.__hash__
+
+
+def span(values):
+    return Pair(min(values), max(values))
+
+
+def name(text):
+    return Folded(text.upper())
+'''
+
+NAMED_TESTS = '''\
+import calc
+
+
+def test_span():
+    assert calc.span([3, 1, 2]) == (1, 3)
+
+
+def test_name():
+    assert calc.name("ab") == "ab"
+'''
+
+
+def test_a_reference_value_of_a_subclass_keeping_its_bases_semantics_is_held(grader,
+                                                                               make_task):
+    """A namedtuple compares as its tuple does, so the reference's value vouches for its site;
+    a str subclass with an `__eq__` of its own does not (the host's `==` on its text is not
+    the test's), so that site stays unheld; a wrong tuple fails the held site."""
+    task = make_task("named_values", files={"calc.py": "def span(values):\n    return None\n\n\n"
+                                                      "def name(text):\n    return None\n"},
+                     tests={"test_calc.py": NAMED_TESTS}, solution={"calc.py": NAMED})
+    calibration = grader.calibration(task)
+    assert set(calibration.held) == {"test_calc.py::test_span"}, calibration.held
+    assert grader.grade(task, {"calc.py": NAMED.encode()}).score == 1.0
+    wrong = grader.grade(task, {"calc.py": NAMED.replace("max(values)", "min(values)").encode()})
+    failed = {t.name for t in wrong.tests if t.outcome == "failed"}
+    assert failed == {"test_calc::test_span"}, wrong.tests
+    assert all(t.message.startswith(HELD_FAILED) for t in wrong.tests if t.outcome == "failed")

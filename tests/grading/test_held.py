@@ -4,6 +4,8 @@ tests/security/test_split_collusion.py."""
 
 from __future__ import annotations
 
+from sandbox_module import opd_grading
+
 from opd_gym.grading import held
 
 TESTS = '''\
@@ -107,6 +109,55 @@ def test_calibration_holds_only_plain_values_meeting_the_literal_once():
     kept = held.calibrated(sites, {"test_calc.py": TESTS}, probes, ["test_calc.py::test_plain"])
     assert kept == {"test_calc.py::test_plain": (1, 4)}
     assert held.calibrated(sites, {"test_calc.py": TESTS}, probes, []) == {}
+
+
+class _Folded(str):
+    def __eq__(self, other):
+        return str.lower(self) == str.lower(other)
+
+    __hash__ = str.__hash__
+
+
+class _Shouty(int):
+    def __repr__(self):
+        return "LOUD"
+
+
+def test_canonical_says_plain_only_where_pythons_own_comparison_sees_the_base_value():
+    """Calibration vouches only for plain values: builtin data, or a subclass none of whose
+    classes before its builtin base changes comparison, hashing, truth or arithmetic (a
+    namedtuple, a str or int Enum, a dict subclass adding attribute access, a repr of its
+    own); a class with its own `__eq__` (OrderedDict, Counter, a case-folding str) or no
+    builtin base at all (a plain Enum) is not."""
+    import collections
+    import enum
+
+    canonical = opd_grading()["canonical"]
+
+    class Colour(str, enum.Enum):  # noqa: UP042 - the mixin form suites use
+        RED = "red"
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Plain(enum.Enum):
+        A = 1
+
+    class Munch(dict):
+        def __getattr__(self, key):
+            return self[key]
+
+    pair = collections.namedtuple("Pair", "x y")
+    same = [(pair(1, "a"), "(1, 'a')"), (Colour.RED, "'red'"), (Level.HIGH, "3"),
+            (Munch(a=[1]), "{'a': [1]}"), (_Shouty(4), "4"), ([pair(1, 2)], "[(1, 2)]"),
+            (collections.defaultdict(int, a=1), "{'a': 1}")]
+    for value, text in same:
+        assert canonical(value) == (text, True), value
+        assert eval(text) == value  # noqa: S307 - what the host compares is what Python did
+    for value in [_Folded("A"), collections.OrderedDict(a=1), collections.Counter("ab"),
+                  {"k": _Folded("x")}, (1, collections.OrderedDict())]:
+        assert canonical(value)[1] is False, value
+    assert canonical(Plain.A) == ("", False)
 
 
 TRUTH_TESTS = '''\

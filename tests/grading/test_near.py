@@ -7,13 +7,12 @@ tests/security/test_answer_readers.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 import unittest
-from pathlib import Path
 
 import pytest
+from sandbox_module import opd_grading
 
 from opd_gym.grading import held
 from opd_gym.grading.near import NEAR, Near
@@ -123,15 +122,8 @@ def test_calibration_vouches_for_values_within_the_tolerance_only():
 
 # -- the host's verdict against the checks themselves -----------------------------------------
 def _canonical():
-    """`opd_grading.canonical`, the form a held value leaves the sandbox in (the module's
-    source as the grading harness installs it)."""
-    path = Path(__file__).resolve().parents[2] / "sandbox" / "grade_harness.py"
-    spec = importlib.util.spec_from_file_location("grade_harness_for_near", path)
-    harness = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(harness)  # type: ignore[union-attr]
-    namespace: dict[str, object] = {"__name__": "opd_grading"}
-    exec(compile(harness.OPD_GRADING_SOURCE, "opd_grading", "exec"), namespace)
-    return namespace["canonical"]
+    """`opd_grading.canonical`, the form a held value leaves the sandbox in."""
+    return opd_grading()["canonical"]
 
 
 def _values(rng: random.Random, expected: float) -> list[object]:
