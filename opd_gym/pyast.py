@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 _LOCK = threading.Lock()
@@ -23,4 +24,35 @@ def literal_eval(text: str) -> Any:
     return ast.literal_eval(parse(text.lstrip(" \t"), mode="eval"))
 
 
-__all__ = ["literal_eval", "parse"]
+@dataclass
+class Imports:
+    """What a module's imports (any scope) bind: `name -> dotted names` (`import a.b` binds
+    `a`; `import t as u` maps `u` to `t`; `from m import E as F` maps `F` to `m.E`; a relative
+    import's names map to `<relative>.E`, which names no installed module), and the modules
+    it star-imports (they may bind any name)."""
+
+    names: dict[str, set[str]] = field(default_factory=dict)
+    stars: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, tree: ast.AST) -> Imports:
+        found = cls()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    head = alias.name.partition(".")[0]
+                    found.bind(alias.asname or head, alias.name if alias.asname else head)
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module if node.module and not node.level else "<relative>"
+                for alias in node.names:
+                    if alias.name == "*":
+                        found.stars.add(source)
+                    else:
+                        found.bind(alias.asname or alias.name, f"{source}.{alias.name}")
+        return found
+
+    def bind(self, name: str, target: str) -> None:
+        self.names.setdefault(name, set()).add(target)
+
+
+__all__ = ["Imports", "literal_eval", "parse"]

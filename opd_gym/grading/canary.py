@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from opd_gym import pyast
+from opd_gym.pyast import Imports
 
 _EQUALITY = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 _MEMBERSHIP = (ast.In, ast.NotIn)
@@ -468,22 +469,9 @@ class _Imports:
     derive from a waited-on class (`class Worker(threading.Thread)`)."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.names: dict[str, set[str]] = {}
-        self.stars: set[str] = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self._bind(alias.asname, alias.name)
-                    else:  # `import a.b` binds `a`
-                        head = alias.name.partition(".")[0]
-                        self._bind(head, head)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    if alias.name == "*":
-                        self.stars.add(node.module)
-                    else:
-                        self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+        imports = Imports.of(tree)
+        self.names = imports.names
+        self.stars = imports.stars
         self.classes: set[str] = set()
         classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
         grew = True
@@ -493,9 +481,6 @@ class _Imports:
                 if node.name not in self.classes and any(self.waits(b) for b in node.bases):
                     self.classes.add(node.name)
                     grew = True
-
-    def _bind(self, name: str, target: str) -> None:
-        self.names.setdefault(name, set()).add(target)
 
     def resolve(self, node: ast.expr) -> set[str]:
         """The dotted names `node` (a name or an attribute chain) may stand for."""

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from opd_gym.pyast import Imports
+
 NEAR = "near"  # the operator of a held tolerance check (its literal: a `Near`)
 
 # the callables a tolerance check may name, by what an import binds them to
@@ -146,22 +148,12 @@ class Bindings:
     import (`import math` -> math, `from pytest import approx` -> pytest.approx)."""
 
     def __init__(self, tree: ast.AST) -> None:
-        self._imports: dict[str, set[str]] = {}
+        imports = Imports.of(tree)
+        self._imports = imports.names
+        self._stars = bool(imports.stars)
         self._other: set[str] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname:
-                        self._imports.setdefault(alias.asname, set()).add(alias.name)
-                    else:
-                        head = alias.name.partition(".")[0]
-                        self._imports.setdefault(head, set()).add(head)
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    target = f"{node.module}.{alias.name}" if node.module and not node.level \
-                        else f"<relative>.{alias.name}"
-                    self._imports.setdefault(alias.asname or alias.name, set()).add(target)
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                 self._other.add(node.id)
             elif isinstance(node, ast.arg):
                 self._other.add(node.arg)
@@ -172,8 +164,9 @@ class Bindings:
                 self._other.add(node.name)  # type: ignore[attr-defined]
 
     def builtin(self, name: str) -> bool:
-        """`name` is never bound in the module: it is the builtin of that name."""
-        return name not in self._other and name not in self._imports
+        """`name` is never bound in the module: it is the builtin of that name (a star import
+        may bind any name: then none is known to be)."""
+        return not self._stars and name not in self._other and name not in self._imports
 
     def stands_for(self, node: ast.expr) -> str | None:
         """The one dotted name `node` (a name or `module.attr`) stands for, or None."""

@@ -88,6 +88,11 @@ def test_tolerance_checks_on_literals_tables_and_parametrize_columns_are_candida
     assert held.candidates({"test_m.py": shadowed}, ["test_m.py"]) == {
         **{t: s for t, s in HELD.items() if t not in (
             "test_m.py::test_abs", "test_m.py::test_param")}, "test_m.py::test_abs": (3,)}
+    # a star import may bind `abs` too: no builtin is known then
+    starred = "from numpy import *\n" + TOL
+    assert held.candidates({"test_m.py": starred}, ["test_m.py"]) == {
+        **{t: s for t, s in HELD.items() if t not in (
+            "test_m.py::test_abs", "test_m.py::test_param")}, "test_m.py::test_abs": (3,)}
 
 
 def test_no_expected_value_or_tolerance_enters_the_sandbox():
