@@ -7,16 +7,38 @@ from __future__ import annotations
 
 import ast
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 _LOCK = threading.Lock()
+_WALKED: OrderedDict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = OrderedDict()
+_WALKED_LOCK = threading.Lock()
+WALKS_KEPT = 4096  # subtrees whose nodes stay listed (a grade reads one suite's many times)
 
 
 def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> Any:
     """`ast.parse`, one thread at a time."""
     with _LOCK:
         return ast.parse(source, filename, mode)
+
+
+def walk(node: ast.AST) -> tuple[ast.AST, ...]:
+    """The nodes `ast.walk(node)` yields, in its order, listed once per node and kept for the
+    next readers: the grader's analyses read the same large test modules many times over, and
+    nothing in the package changes a tree after parsing it (the listing would go stale)."""
+    key = id(node)
+    with _WALKED_LOCK:
+        kept = _WALKED.get(key)
+        if kept is not None and kept[0] is node:
+            _WALKED.move_to_end(key)
+            return kept[1]
+    listed = tuple(ast.walk(node))
+    with _WALKED_LOCK:
+        _WALKED[key] = (node, listed)  # the node stays alive while listed: its id is its own
+        if len(_WALKED) > WALKS_KEPT:
+            _WALKED.popitem(last=False)
+    return listed
 
 
 def literal_eval(text: str) -> Any:
@@ -37,7 +59,7 @@ class Imports:
     @classmethod
     def of(cls, tree: ast.AST) -> Imports:
         found = cls()
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     head = alias.name.partition(".")[0]
@@ -55,4 +77,4 @@ class Imports:
         self.names.setdefault(name, set()).add(target)
 
 
-__all__ = ["Imports", "literal_eval", "parse"]
+__all__ = ["Imports", "literal_eval", "parse", "walk"]

@@ -22,6 +22,7 @@ import bisect
 import builtins
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import itertools
 import math
@@ -160,8 +161,11 @@ class Variants:
     skip: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
+@functools.lru_cache(maxsize=256)
 def parse(source: str | bytes) -> ast.Module:
-    """`ast.parse` under the package's parse lock (opd_gym.pyast)."""
+    """`ast.parse` under the package's parse lock (opd_gym.pyast), one tree per text: the
+    grader reads a suite's modules in every run and grade, and never changes a tree (a
+    caller that would must parse its own)."""
     return pyast.parse(source)
 
 
@@ -439,7 +443,7 @@ def _own(function: ast.AST) -> Iterator[ast.AST]:
     """The nodes of a test's body, depth first. A nested function or class is entered only
     when the test itself names it (calls it, hands it to a runner): one never named may be a
     callback that runs later, in a thread, or never. Lambdas are never entered."""
-    named = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+    named = {n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
              and isinstance(n.ctx, ast.Load)}
     stack = list(reversed(getattr(function, "body", [])))
     methods: set[int] = set()  # the methods of a nested class the test names
@@ -473,7 +477,7 @@ class _Imports:
         self.names = imports.names
         self.stars = imports.stars
         self.classes: set[str] = set()
-        classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+        classes = [n for n in pyast.walk(tree) if isinstance(n, ast.ClassDef)]
         grew = True
         while grew:  # subclasses of subclasses, in any order of definition
             grew = False
@@ -503,7 +507,7 @@ def _waits(function: ast.AST, imports: _Imports) -> bool:
     """The test makes a thread or an object it waits on (resolved through the module's
     imports, see _WAITS): a canary failing before the release could hang it (more-itertools'
     callback_iter tests), so it gets none."""
-    return any(isinstance(n, ast.Call) and imports.waits(n.func) for n in ast.walk(function))
+    return any(isinstance(n, ast.Call) and imports.waits(n.func) for n in pyast.walk(function))
 
 
 def _almost_tolerance(call: ast.Call) -> float | None:
@@ -575,7 +579,7 @@ class _Module:
         assigned: Counter[str] = Counter()
         self.tables: dict[str, ast.expr] = {}
         self.values: dict[str, ast.Assign] = {}  # module-level `NAME = <value>`, bound once
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
@@ -588,7 +592,7 @@ class _Module:
             elif isinstance(node, ast.Global | ast.Nonlocal):
                 assigned.update(node.names)
             for target in targets:
-                for name in ast.walk(target):
+                for name in pyast.walk(target):
                     if isinstance(name, ast.Name):
                         assigned[name.id] += 1
         self.assigned = assigned
@@ -686,7 +690,7 @@ def _uses(sources: Mapping[str, str]) -> tuple[Counter[str], bool]:
             tree = parse(text)
         except (SyntaxError, ValueError):
             continue
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 uses[node.id] += 1
             elif isinstance(node, ast.Attribute):
@@ -713,9 +717,9 @@ def _compared_names(function: ast.AST) -> tuple[set[int], dict[str, int]]:
             pair = list(node.args[:2])
         for mine, other in (pair, pair[::-1]) if pair else ():
             if isinstance(mine, ast.Name) and not any(
-                    isinstance(n, ast.Name) and n.id == mine.id for n in ast.walk(other)):
+                    isinstance(n, ast.Name) and n.id == mine.id for n in pyast.walk(other)):
                 compared.add(id(mine))
-    loads: Counter[str] = Counter(n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+    loads: Counter[str] = Counter(n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
                                   and isinstance(n.ctx, ast.Load))
     return compared, loads
 
@@ -733,7 +737,7 @@ def binding_counts(function: ast.AST) -> tuple[Counter[str], Counter[str]]:
     a `global`/`nonlocal` name counts as two stores (never a name bound once by assignment)."""
     loads: Counter[str] = Counter()
     stores: Counter[str] = Counter()
-    for node in ast.walk(function):
+    for node in pyast.walk(function):
         if isinstance(node, ast.Name):
             (loads if isinstance(node.ctx, ast.Load) else stores)[node.id] += 1
         elif isinstance(node, ast.arg):
@@ -808,9 +812,9 @@ def _constant_sites(function: ast.AST, module: _Module) -> list[_Site]:
     """`EXPECTED = <literal>` at module level, read only by this test and only as the
     expected side of equality assertions: its value changed."""
     compared, loads = _compared_names(function)
-    local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+    local = {n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
              and not isinstance(n.ctx, ast.Load)} | {
-        a.arg for n in ast.walk(function) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
+        a.arg for n in pyast.walk(function) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef
                                                         | ast.Lambda)
         for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
                   *filter(None, (n.args.vararg, n.args.kwarg))]}
@@ -830,7 +834,7 @@ def _local_sites(function: ast.AST) -> list[_Site]:
     """`expected = [...]` (assigned once in the test, read only as the expected side of
     equality assertions): the literal's value changed."""
     compared, loads = _compared_names(function)
-    stores: Counter[str] = Counter(n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+    stores: Counter[str] = Counter(n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
                                    and not isinstance(n.ctx, ast.Load))
     sites = []
     for node in _own(function):
@@ -941,7 +945,7 @@ def _top(module: str) -> str:
 def _loaded(node: ast.AST) -> Iterator[str]:
     """Names code uses, `import:M` for modules it imports or runs (`import_module("m")`,
     `python -m m`, a path `m.py`)."""
-    for child in ast.walk(node):
+    for child in pyast.walk(node):
         if isinstance(child, ast.Constant) and isinstance(child.value, str):
             for word in child.value.split():
                 if word.endswith(".py"):
@@ -997,7 +1001,7 @@ class _Origins:
             elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
-                    for name in ast.walk(target):
+                    for name in pyast.walk(target):
                         if isinstance(name, ast.Name):
                             self.assigns.setdefault(name.id, []).append(node.value)
         # the dataset adapters' tests bind the solution's entry points into the check's namespace
@@ -1007,7 +1011,7 @@ class _Origins:
                 values = value if isinstance(value, tuple | list) else [value]
                 self.sol_names.update(v for v in values if isinstance(v, str))
         self.self_attrs: dict[str, list[ast.AST]] = {}
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -1022,11 +1026,13 @@ class _Origins:
                             target.value, ast.Name) and target.value.id in ("self", "cls"):
                         self.self_attrs.setdefault(target.attr, []).append(node.value)
         self.sol_helpers: set[str] = set()
+        self._runs: dict[str, bool] = {}
+        loaded = {name: tuple(dict.fromkeys(_loaded(node))) for name, node in self.defs.items()}
         grew = True
         while grew:  # helpers calling helpers that reach the solution, in any order
             grew = False
-            for name, node in self.defs.items():
-                if name not in self.sol_helpers and self.reaches(node):
+            for name, names in loaded.items():
+                if name not in self.sol_helpers and self._reaches(names):
                     self.sol_helpers.add(name)
                     grew = True
         self.fixtures.update((n, n in self.sol_helpers) for n in own_fixtures)
@@ -1038,16 +1044,26 @@ class _Origins:
 
     def reaches(self, node: ast.AST) -> bool:
         """The code of `node` names the solution (directly or through a helper)."""
-        for name in _loaded(node):
+        return self._reaches(_loaded(node))
+
+    def _reaches(self, names: Iterable[str]) -> bool:
+        """Some of `names` (as `_loaded` gives them) is the solution or reaches it."""
+        for name in names:
             if name.startswith("import:"):
                 if name[len("import:"):] in self.solution:
                     return True
-            elif name in self.sol_names or name in self.sol_helpers:
+            elif name in self.sol_names or name in self.sol_helpers or self._runs_solution(name):
                 return True
-            elif any(n.startswith("import:") and n[len("import:"):] in self.solution
-                     for value in self.assigns.get(name, ()) for n in _loaded(value)):
-                return True  # `PROGRAM = "main.py"` run by the helper
         return False
+
+    def _runs_solution(self, name: str) -> bool:
+        """A module-level value bound to `name` imports or runs the solution (`PROGRAM =
+        "main.py"` run by a helper)."""
+        if name not in self._runs:
+            self._runs[name] = any(
+                n.startswith("import:") and n[len("import:"):] in self.solution
+                for value in self.assigns.get(name, ()) for n in _loaded(value))
+        return self._runs[name]
 
     def module_name(self, name: str) -> str:
         """The class of a name the test does not bind itself."""
@@ -1083,13 +1099,13 @@ class _Judge:
             for t, v in zip(target.elts, value.elts, strict=True):
                 self._bind_target(t, v, kind)
             return
-        for name in ast.walk(target):
+        for name in pyast.walk(target):
             if isinstance(name, ast.Name):
                 self._bind(name.id, kind, value)
 
     def _bind_all(self, function: ast.AST) -> None:
         top = function
-        for node in ast.walk(function):
+        for node in pyast.walk(function):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
                 if node is not top and not isinstance(node, ast.Lambda):
                     self._bind(node.name, "def", node)
@@ -1712,7 +1728,7 @@ def _referenced_names(sources: Mapping[str, str]) -> set[str]:
             tree = parse(text)
         except (SyntaxError, ValueError):
             continue
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             if isinstance(node, ast.Name):
                 names.add(node.id)
             elif isinstance(node, ast.Attribute):

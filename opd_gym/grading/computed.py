@@ -30,6 +30,7 @@ import ast
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from opd_gym import pyast
 from opd_gym.grading.canary import _BUILTINS, _NO, _literal
 
 EXPECTED = -1000  # the emission index of site i's expected side: EXPECTED - i
@@ -102,7 +103,7 @@ class ModuleFacts:
                             and top not in solution and top not in hidden:
                         self.imports.add(name)
         self.functions: dict[str, ast.FunctionDef] = {}
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             for name in _bound_names(node):
                 bound[name] = bound.get(name, 0) + 1
         for node in tree.body:
@@ -126,7 +127,7 @@ class ModuleFacts:
             return None
         local = _locals(node)
         found = {name}
-        for n in ast.walk(node):
+        for n in pyast.walk(node):
             if isinstance(n, ast.Global | ast.Nonlocal | ast.Yield | ast.YieldFrom | ast.Await):
                 self._pure[name] = None
                 return None
@@ -146,7 +147,7 @@ def _reads_around(node: ast.AST) -> bool:
     """Whether code under `node` may reach locals or module names by another route than
     their names (`locals()`, `globals()`, frames, `getattr`...)."""
     return any(isinstance(n, ast.Name) and n.id in _READERS or isinstance(
-        n, ast.Attribute) and n.attr in _READERS for n in ast.walk(node))
+        n, ast.Attribute) and n.attr in _READERS for n in pyast.walk(node))
 
 
 def _bound_names(node: ast.AST) -> list[str]:
@@ -161,9 +162,9 @@ def _bound_names(node: ast.AST) -> list[str]:
 
 def _locals(function: ast.AST) -> set[str]:
     """Names a function binds itself (its parameters, assignments, loop targets...)."""
-    names = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+    names = {n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
              and not isinstance(n.ctx, ast.Load)}
-    for n in ast.walk(function):
+    for n in pyast.walk(function):
         if isinstance(n, ast.arguments):
             names.update(a.arg for a in [*n.posonlyargs, *n.args, *n.kwonlyargs,
                                          *filter(None, (n.vararg, n.kwarg))])
@@ -183,7 +184,7 @@ def _binding(name: str, function: ast.AST, statement: ast.stmt, body: list[ast.s
     one holding the site) before it; and how often the test reads `name` (calibration holds
     the site only where every read is a held site)."""
     loads = stores = 0
-    for node in ast.walk(function):
+    for node in pyast.walk(function):
         if isinstance(node, ast.Name) and node.id == name:
             if isinstance(node.ctx, ast.Load):
                 loads += 1
@@ -221,15 +222,15 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     reads = 1
     if isinstance(expected, ast.Name):
         if any(isinstance(n, ast.Name) and n.id == expected.id
-               for n in ast.walk(solution_side)):
+               for n in pyast.walk(solution_side)):
             return None  # a round trip (`f(data) == data`): the input is the expectation
         bound = _binding(expected.id, function, statement, body)
         if bound is None:
             return None
         binding, reads = bound
         value = binding.value
-    if any(isinstance(n, _NOT_IN_VALUE) for n in ast.walk(value)) or any(
-            isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in ast.walk(solution_side)):
+    if any(isinstance(n, _NOT_IN_VALUE) for n in pyast.walk(value)) or any(
+            isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in pyast.walk(solution_side)):
         return None
     if binding is None and _literal(value) is not _NO:
         return None  # a literal site (held.parts), never a computed one
@@ -237,11 +238,11 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     if judge.value(solution_side) != sol or judge.value(value) == sol:
         return None
     local = _locals(function)
-    inputs = {n.id for n in ast.walk(solution_side) if isinstance(n, ast.Name)
+    inputs = {n.id for n in pyast.walk(solution_side) if isinstance(n, ast.Name)
               and n.id in local} - {"self", "cls"}
-    called = {id(n.func) for n in ast.walk(value) if isinstance(n, ast.Call)}
+    called = {id(n.func) for n in pyast.walk(value) if isinstance(n, ast.Call)}
     helpers: set[str] = set()
-    for node in ast.walk(value):
+    for node in pyast.walk(value):
         if isinstance(node, ast.Attribute | ast.Subscript) and id(node) not in called:
             root = _root(node)
             if isinstance(root, ast.Name) and root.id in local:

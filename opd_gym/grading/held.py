@@ -104,7 +104,7 @@ def asserts_equal(function: ast.AST) -> bool:
     body = function.body[1:] if isinstance(function.body[0], ast.Expr) and isinstance(
         function.body[0].value, ast.Constant) else function.body  # a docstring
     if not body or any(isinstance(n, ast.NamedExpr | ast.Await | ast.Yield | ast.YieldFrom
-                                  | ast.Lambda) for s in body for n in ast.walk(s)):
+                                  | ast.Lambda) for s in body for n in pyast.walk(s)):
         return False
     *before, last = body
     if not all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(
@@ -191,14 +191,14 @@ def parts(statement: ast.stmt, columns: Collection[str] = (),
         return None
     column = isinstance(value, Column | Data)
     if column and any(isinstance(n, ast.Name) and n.id == value.name  # type: ignore[union-attr]
-                      for n in ast.walk(expr)):
+                      for n in pyast.walk(expr)):
         return None
     if op in ("is", "is not") and (column or value not in (True, False, None)):
         return None  # identity only with the singletons (`x is True`, `y is None`)
     if op in ("is", "is not") and type(value) not in (bool, type(None)):
         return None
     if any(isinstance(n, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
-           for n in ast.walk(expr)):
+           for n in pyast.walk(expr)):
         return None
     return expr, op, value
 
@@ -222,7 +222,7 @@ def _truth(statement: ast.stmt) -> tuple[ast.expr, str, object] | None:
         op, test = FALSY if op == TRUTHY else TRUTHY, test.operand
     if isinstance(test, ast.Compare | ast.BoolOp | ast.Starred) or _literal(test) is not _NO \
             or any(isinstance(n, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
-                   for n in ast.walk(test)):
+                   for n in pyast.walk(test)):
         return None
     return test, op, None
 
@@ -270,12 +270,12 @@ def _repeated(function: ast.AST) -> set[int]:
         for statement in node.body if isinstance(node, ast.FunctionDef) else ():
             if not isinstance(statement, ast.FunctionDef) or statement.decorator_list:
                 continue
-            looped = {id(n) for loop in ast.walk(node) if isinstance(loop, loops)
-                      for n in ast.walk(loop)}
-            loads = [n for n in ast.walk(node) if isinstance(n, ast.Name)
+            looped = {id(n) for loop in pyast.walk(node) if isinstance(loop, loops)
+                      for n in pyast.walk(loop)}
+            loads = [n for n in pyast.walk(node) if isinstance(n, ast.Name)
                      and n.id == statement.name and isinstance(n.ctx, ast.Load)]
             if len(loads) != 1 or id(loads[0]) in looped:
-                out.update(id(n) for n in ast.walk(statement) if isinstance(n, ast.stmt))
+                out.update(id(n) for n in pyast.walk(statement) if isinstance(n, ast.stmt))
             else:
                 walk(statement)
 
@@ -420,7 +420,7 @@ _FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.TryStar, ast.Wit
 def _labels(function: ast.AST) -> set[int]:
     """The names a subTest block only labels its reports with (`self.subTest(want=want)`,
     `subtests.test(msg=want)`): a placeholder there changes a failure's label, no verdict."""
-    return {id(a) for node in ast.walk(function) if isinstance(node, ast.With) and _subtest(
+    return {id(a) for node in pyast.walk(function) if isinstance(node, ast.With) and _subtest(
         node) for a in [*node.items[0].context_expr.args,  # type: ignore[attr-defined]
                         *(k.value for k in node.items[0].context_expr.keywords)]  # type: ignore
             if isinstance(a, ast.Name)}
@@ -431,7 +431,7 @@ def _bound_once_read_once(name: str, function: ast.AST, store: ast.AST) -> ast.N
     (besides subTest labels)."""
     loads: list[ast.Name] = []
     labels = _labels(function)
-    for node in ast.walk(function):
+    for node in pyast.walk(function):
         if isinstance(node, ast.Name) and node.id == name:
             if id(node) in labels:
                 continue
@@ -484,13 +484,13 @@ class _DataReader:
         setup code) read none of their caller's: only the code they run could, through a
         frame, so then no string of the module may name a frame reader."""
         if readers not in self._usable:
-            own = {id(n.func) for n in ast.walk(self.tree) if isinstance(n, ast.Call)
+            own = {id(n.func) for n in pyast.walk(self.tree) if isinstance(n, ast.Call)
                    and isinstance(n.func, ast.Name) and n.func.id in ("exec", "eval")
                    and (len(n.args) >= 2 or any(k.arg == "globals" for k in n.keywords))}
             self._usable[readers] = not any(
                 isinstance(n, ast.Name) and n.id in readers and id(n) not in own
                 or isinstance(n, ast.Attribute) and n.attr in readers
-                for n in ast.walk(self.tree)) and not (own and any(
+                for n in pyast.walk(self.tree)) and not (own and any(
                     re.search(rf"(?<![\w]){name}(?![\w])", text)
                     for text in self.context.strings() for name in _FRAME_READERS
                     if name in text))
@@ -511,11 +511,11 @@ class _DataReader:
     def constants(self, function: ast.AST) -> dict[str, Data]:
         """{NAME: Data} of the module constants the test reads once (each read nowhere else
         in the hidden files, bound once, literal)."""
-        loads = Counter(n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+        loads = Counter(n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
                         and isinstance(n.ctx, ast.Load))
-        local = {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+        local = {n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
                  and not isinstance(n.ctx, ast.Load)} | {
-            a.arg for n in ast.walk(function) if isinstance(n, ast.arguments)
+            a.arg for n in pyast.walk(function) if isinstance(n, ast.arguments)
             for a in [*n.posonlyargs, *n.args, *n.kwonlyargs, *filter(None, (n.vararg,
                                                                             n.kwarg))]}
         top = {n.targets[0].id for n in self.tree.body if isinstance(n, ast.Assign)
@@ -536,7 +536,7 @@ class _DataReader:
         and read once in it."""
         loads, stores = binding_counts(function)
         out = []
-        for owner in ast.walk(function):
+        for owner in pyast.walk(function):
             if not isinstance(owner, ast.FunctionDef):
                 continue
             found = {}
@@ -561,7 +561,7 @@ class _DataReader:
                 {n.id for n in names}) != len(names) or not _once_per_row(loop, statement):
             return {}
         local = local_tables(function)
-        iterated = [n.id for n in ast.walk(loop.iter) if isinstance(n, ast.Name)
+        iterated = [n.id for n in pyast.walk(loop.iter) if isinstance(n, ast.Name)
                     and n.id != "zip"]
         # a table of the test's own (inline rows too) needs no reader of locals; any
         # other, none of data
@@ -575,7 +575,7 @@ class _DataReader:
         out = {}
         for column, name in enumerate(names):
             read = _bound_once_read_once(name.id, function, name)  # type: ignore[attr-defined]
-            if read is not None and any(n is read for n in ast.walk(statement)) \
+            if read is not None and any(n is read for n in pyast.walk(statement)) \
                     and literal_column(rows, column):
                 out[name.id] = Data(name.id, True,  # type: ignore[attr-defined]
                                     tuple(row[column] for row in rows))
@@ -721,7 +721,7 @@ def _marks_only(decorator: ast.expr) -> bool:
 def _read_once(name: str, function: ast.FunctionDef) -> ast.Name | None:
     """The one place the test's body reads `name` (None: read or bound anywhere else)."""
     found: list[ast.Name] = []
-    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+    for node in pyast.walk(ast.Module(body=function.body, type_ignores=[])):
         if isinstance(node, ast.Name) and node.id == name:
             found.append(node)
         elif isinstance(node, ast.arg) and node.arg == name or isinstance(
@@ -744,7 +744,7 @@ def _param_tests(tree: ast.Module, path: str, uses: Mapping[str, int], reference
     with the tables they read consistent: a module-level table is read only by decorators
     holding the same columns of it (it is edited once, for all of them)."""
     stores: dict[str, int] = {}
-    for node in ast.walk(tree):
+    for node in pyast.walk(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             stores[node.id] = stores.get(node.id, 0) + 1
         elif isinstance(node, ast.ClassDef) and any(
@@ -777,7 +777,7 @@ def _param_tests(tree: ast.Module, path: str, uses: Mapping[str, int], reference
                 or len(set(argnames)) != len(argnames):
             continue
         if any(isinstance(n, ast.Name) and n.id in _READERS or isinstance(n, ast.Attribute)
-               and n.attr in _READERS for n in ast.walk(function)):
+               and n.attr in _READERS for n in pyast.walk(function)):
             continue
         columns = {}
         for index, decorator in enumerate(decorators):
@@ -891,7 +891,7 @@ class _Context:
                     found.update(alias.asname or alias.name for alias in node.names
                                  if asserts_equal(defs.get(alias.name)))
             else:
-                bound.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                bound.update(n.id for n in pyast.walk(node) if isinstance(n, ast.Name)
                              and not isinstance(n.ctx, ast.Load))
         self._equalities[path] = frozenset(n for n in found if bound[n] == 1)
         return self._equalities[path]
@@ -919,7 +919,7 @@ class _Context:
         """The string constants of the hidden Python files (a name read by its text)."""
         if self._strings is None:
             self._strings = sorted({n.value for path in self.sources if path.endswith(".py")
-                                    for n in ast.walk(self.tree(path) or ast.Module([], []))
+                                    for n in pyast.walk(self.tree(path) or ast.Module([], []))
                                     if isinstance(n, ast.Constant) and isinstance(n.value, str)})
         return self._strings
 
@@ -938,7 +938,7 @@ class _Context:
             hooks = False
             for path in self.sources:
                 tree = self.tree(path) if path.endswith(".py") else None
-                for node in ast.walk(tree) if tree is not None else ():
+                for node in pyast.walk(tree) if tree is not None else ():
                     if isinstance(node, ast.Name):
                         referenced.add(node.id)
                         if isinstance(node.ctx, ast.Load):
@@ -964,7 +964,7 @@ def _parametrized(tree: ast.Module, path: str, held: HeldSites | None) -> bool:
                                        if t.startswith(path + "::")}
     return any(isinstance(n, ast.FunctionDef) and (names is None or n.name in names) and any(
         isinstance(d, ast.Call) and _callee(d) == "parametrize" for d in n.decorator_list)
-        for n in ast.walk(tree))
+        for n in pyast.walk(tree))
 
 
 _Found = dict[tuple[str, int, bool], tuple[str, ast.stmt | None, _Parts | None]]
@@ -1074,7 +1074,7 @@ def _accepted(param: _ParamTest, column: Column) -> bool:
 
 def _containing(function: ast.AST, statement: ast.stmt) -> list[ast.stmt]:
     """The statement list of the test holding `statement` (a body, a loop's, a block's)."""
-    for node in ast.walk(function):
+    for node in pyast.walk(function):
         for name in ("body", "orelse", "finalbody"):
             block = getattr(node, name, None)
             if isinstance(block, list) and any(s is statement for s in block):
@@ -1567,13 +1567,13 @@ def _read_elsewhere(found: Mapping[str, Mapping[int, Recorded]],
         for key in keep:
             path, pend = pendings[key]
             nodes = [pend.value]
-            loads.update(n.id for node in nodes for n in ast.walk(node)
+            loads.update(n.id for node in nodes for n in pyast.walk(node)
                          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
         for path, names in removed.items():
             facts = context.facts(path)
             for name in names:
                 node = facts.functions[name]  # type: ignore[union-attr]
-                loads.update(n.id for n in ast.walk(node)
+                loads.update(n.id for n in pyast.walk(node)
                              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
         bad = {name for names in removed.values() for name in names
                if uses.get(name, 0) != loads[name] or any(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection, Iterable
 
+from opd_gym import pyast
+
 # callables that load or run code by name or path: a test using any of them may run the
 # solution in its process whatever it names (a computed module name, a path)
 _LOADERS = frozenset({
@@ -30,7 +32,7 @@ def imports_any(sources: Iterable[str], modules: Collection[str]) -> bool:
             tree = ast.parse(source)
         except (SyntaxError, ValueError):
             return True
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             if isinstance(node, ast.Import):
                 if any(a.name.split(".")[0] in modules for a in node.names):
                     return True

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from opd_gym import pyast
 from opd_gym.pyast import Imports
 
 NEAR = "near"  # the operator of a held tolerance check (its literal: a `Near`)
@@ -152,7 +153,7 @@ class Bindings:
         self._imports = imports.names
         self._stars = bool(imports.stars)
         self._other: set[str] = set()
-        for node in ast.walk(tree):
+        for node in pyast.walk(tree):
             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                 self._other.add(node.id)
             elif isinstance(node, ast.arg):
@@ -215,11 +216,11 @@ def _sides(a: ast.expr, b: ast.expr, data: frozenset[str]
 def _plain(expr: ast.expr) -> bool:
     """The solution side holds nothing that runs out of order or binds a name."""
     return not any(isinstance(n, ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr)
-                   for n in ast.walk(expr))
+                   for n in pyast.walk(expr))
 
 
 def _reads(expr: ast.expr, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(expr))
+    return any(isinstance(n, ast.Name) and n.id == name for n in pyast.walk(expr))
 
 
 def _compare(test: ast.Compare, names: Bindings, data: frozenset[str]

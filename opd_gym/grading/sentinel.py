@@ -304,7 +304,7 @@ def _module_sites(sources: Mapping[str, str], path: str, referenced: set[str]
     # a clone runs after every test of its module (or class): one that fails half-way (and
     # leaves state behind) is then seen by as few other tests as can be
     scope_end: dict[int, int] = {}
-    for node in ast.walk(tree):
+    for node in pyast.walk(tree):
         if isinstance(node, ast.ClassDef):
             end = _function_span(source, node)[1]
             scope_end.update((id(child), end) for child in node.body)
