@@ -84,6 +84,8 @@ _EQUAL = {"assertEqual": "==", "assertEquals": "==", "assertNotEqual": "!=",
           "assertDictEqual": "==", "assertSetEqual": "==", "assertMultiLineEqual": "=="}
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not"}
 _NOT = {"==": "!=", "!=": "==", "is": "is not", "is not": "is"}
+# identity with a singleton is exact for any object: calibration vouches whatever the type
+_IDENTITY = ("is", "is not")
 NEVER = "never"  # the operator of an expectation nothing meets
 TRUTHY, FALSY = "truthy", "falsy"  # `assert x` / `assert not x`: x's truth is the expectation
 _TRUTH_CALLS = {"assertTrue": TRUTHY, "assertFalse": FALSY}
@@ -1353,8 +1355,12 @@ def read(emitted: str) -> object:
 
 
 def matches(value: object, op: str, literal: object) -> bool:
-    """Whether an emitted value meets a held expectation (Python's own `==` on plain data)."""
-    if value is _NO or op == NEVER:
+    """Whether an emitted value meets a held expectation (Python's own `==` on plain data).
+    An emission that is no literal still stood for some object, and never for None, True or
+    False (always emitted as themselves): it is not the singleton an `is not` site names."""
+    if value is _NO:
+        return op == "is not" and any(literal is s for s in (None, True, False))
+    if op == NEVER:
         return False
     if op == NEAR:
         return isinstance(literal, Near) and literal.meets(value)
@@ -1490,7 +1496,7 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
                     wants = literal.wants(op)
                 values = [(e, plain) for i, e, plain in probes.get(nodeid, ()) if i == index]
                 if len(values) != len(wants) or not all(
-                        plain and matches(read(e), o, w)
+                        (plain or o in _IDENTITY) and matches(read(e), o, w)
                         for (e, plain), (o, w) in zip(values, wants, strict=True)):
                     ok = False
                     break

@@ -97,6 +97,12 @@ def test_the_host_compares_as_python_does_on_plain_data():
     assert held.matches(held.read("4"), "!=", 3)
     assert not held.matches(held.read(""), "==", "")  # no value: never equal
     assert not held.matches(held.read("__import__('os')"), "==", 0)
+    # an emission that is no literal stood for an object, never for a singleton
+    assert held.matches(held.read(""), "is not", None)
+    assert held.matches(held.read(""), "is not", False)
+    assert not held.matches(held.read(""), "is", None)
+    assert not held.matches(held.read(""), "is not", 1)  # no singleton named: no verdict
+    assert not held.matches(held.read(""), "!=", None)
     assert not held.met([], {1: ("==", 3)})  # not emitted
     assert not held.met([(1, "3", True), (1, "3", True)], {1: ("==", 3)})  # twice
     assert held.unmet([(1, "4", True)], {1: ("==", 3)}) == "the value compared was 4"
@@ -109,6 +115,19 @@ def test_calibration_holds_only_plain_values_meeting_the_literal_once():
     kept = held.calibrated(sites, {"test_calc.py": TESTS}, probes, ["test_calc.py::test_plain"])
     assert kept == {"test_calc.py::test_plain": (1, 4)}
     assert held.calibrated(sites, {"test_calc.py": TESTS}, probes, []) == {}
+
+
+
+def test_calibration_vouches_for_identity_with_a_singleton_whatever_the_type():
+    """`x is not None` is exact on any object: the reference's object (no builtin data: its
+    emission is no literal) vouches for the site; `==` on it does not."""
+    source = ("import calc\n\n\ndef test_zone():\n    zone = calc.zone()\n"
+              "    assert zone is not None\n    assert zone == 3\n")
+    sites = held.candidates({"test_z.py": source}, ["test_z.py"])
+    assert sites == {"test_z.py::test_zone": (1, 2)}, sites
+    probes = {"test_z.py::test_zone": [(1, "", False), (2, "", False)]}
+    kept = held.calibrated(sites, {"test_z.py": source}, probes, ["test_z.py::test_zone"])
+    assert kept == {"test_z.py::test_zone": (1,)}
 
 
 class _Folded(str):
