@@ -18,6 +18,8 @@ grades the same files with `Grader(single_run=False)`: both variants always (wha
 cost before one-run grading; where the grade takes 2 runs anyway the two columns do the
 same). Rounds are interleaved task by task so that machine noise hits all sides alike; each
 task is calibrated once first (a Grader does that once per task; its cost is shown apart).
+The column "host s" is the part of a grade spent outside the sandbox's harness run (the
+held rewrite of the tests, canaries, reading the verdict).
 
     python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args] [--repo 1]
 """
@@ -111,9 +113,32 @@ def _one_run(grader: Grader, task: Task, files: dict[str, bytes]) -> bool:
     return counts == [1]
 
 
+@contextlib.contextmanager
+def harness_time(into: list[float]):
+    """Append the wall seconds each harness run of the block takes (the sandbox's share of a
+    grade; the rest is the host's: the held rewrite, canaries, the verdict)."""
+    from opd_gym.grading import launch
+
+    real = launch.run_harness
+
+    def timed(sandbox, request, timeout):
+        started = time.perf_counter()
+        try:
+            return real(sandbox, request, timeout)
+        finally:
+            into.append(time.perf_counter() - started)
+
+    launch.run_harness = timed
+    try:
+        yield
+    finally:
+        launch.run_harness = real
+
+
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
     """Median wall seconds of grade, of grade in two runs, and of plain pytest on
-    `task` (a repository task: its project's whole suite), and the calibration cost."""
+    `task` (a repository task: its project's whole suite), the host's share of a grade
+    (outside the harness run), and the calibration cost."""
     solved = {p: t.encode() for p, t in {**task.files, **task.solution}.items()}
     if task.repo is not None:
         args = ["-q", "-p", "no:cacheprovider"]  # the project's own config picks the suite
@@ -123,12 +148,16 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
     started = time.perf_counter()
     grader.calibration(task)
     calibrate = time.perf_counter() - started
-    grades, twice, plains = [], [], []
+    grades, twice, plains, hosts = [], [], [], []
 
-    def grade(into: list[float]) -> None:
+    def grade(into: list[float], host: list[float] | None = None) -> None:
+        runs: list[float] = []
         started = time.perf_counter()
-        report = grader.grade(task, solved)
+        with harness_time(runs):
+            report = grader.grade(task, solved)
         into.append(time.perf_counter() - started)
+        if host is not None:
+            host.append(into[-1] - sum(runs))
         if report.score != 1.0:
             raise SystemExit(f"{task.id}: the reference solution graded {report.score} "
                              f"({report.reason or report.summary()})")
@@ -137,7 +166,7 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
         put_files(name, plain_files(task))
         put_files(name, {"opd_grading.py": opd_grading_source().encode()}, root=HELPER_DIR)
         for _ in range(rounds):
-            grade(grades)
+            grade(grades, hosts)
             with two_runs(grader):
                 grade(twice)
             code, wall, output = exec_pytest(name, args, env={"PYTHONPATH": HELPER_DIR})
@@ -148,18 +177,20 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             plains.append(wall)
     runs = 1 if grader.single_run and _one_run(grader, task, solved) else 2
     return {"runs": runs, "grade": statistics.median(grades), "twice": statistics.median(twice),
-            "plain": statistics.median(plains), "calibrate": calibrate}
+            "plain": statistics.median(plains), "host": statistics.median(hosts),
+            "calibrate": calibrate}
 
 
 def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
     """Print one row per task; the rows."""
-    print(f"\n{title}\n{'task':<28} {'runs':>4} {'grade s':>8} {'2 runs s':>8} {'plain s':>8} "
-          f"{'ratio':>6} {'2 runs':>6} {'calibrate s':>12}", flush=True)
+    print(f"\n{title}\n{'task':<28} {'runs':>4} {'grade s':>8} {'host s':>7} {'2 runs s':>8} "
+          f"{'plain s':>8} {'ratio':>6} {'2 runs':>6} {'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
-        print(f"{task.id:<28} {row['runs']:>4} {row['grade']:>8.3f} {row['twice']:>8.3f} "
+        print(f"{task.id:<28} {row['runs']:>4} {row['grade']:>8.3f} {row['host']:>7.3f} "
+              f"{row['twice']:>8.3f} "
               f"{row['plain']:>8.3f} "
               f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
               f"{row['calibrate']:>12.2f}", flush=True)
