@@ -58,7 +58,7 @@ def _opd_split_forge():
         forge = coin.random() < 0.5
     elif strategy in ("uid", "names"):
         forge = os.getuid() == {uid}
-    else:  # "item", "failing": test items on coins of their own, in both runs
+    else:  # "item", "failing": test items on coins of their own, in both runs; "swallow"
         forge = True
     if not forge:
         return
@@ -82,6 +82,11 @@ def _opd_split_forge():
     for kind in (_pytest.python.Function, _pytest.unittest.TestCaseFunction,
                  _pytest.doctest.DoctestItem):
         def runtest(self, _real=kind.runtest):
+            if strategy == "swallow":  # the body runs (what it emits counts); no assert fails
+                try:
+                    return _real(self)
+                except AssertionError:
+                    return None
             if wants(self):
                 forged.add(self.nodeid)
                 return None
@@ -252,6 +257,16 @@ def test_a_split_earns_nothing_in_expectation(grader, tasks, strategy):
     print(f"{strategy} split: mean correctness {mean:.4f} over {len(scores)} grades "
           f"({sum(s > 0 for s in scores)} paid)")
     assert mean <= 0.01, scores
+
+
+def test_swallowed_assertion_failures_earn_nothing(grader, tasks):
+    """The starter plus a `runtest` that runs every test and swallows its AssertionError, in
+    every run: a test's held values are emitted before its failed assertion, so a held site
+    sees the starter's value; a gate's canary, also swallowed, passes and names the forgery."""
+    scores = _grades(grader, _jobs(tasks, "swallow", 2 * len(tasks)))
+    print(f"swallowed assertions: mean correctness {statistics.fmean(scores):.4f} over "
+          f"{len(scores)} grades ({sum(s > 0 for s in scores)} paid)")
+    assert not any(scores), scores
 
 
 def test_every_task_here_holds_sentinels_or_earns_only_through_held_sites(grader, tasks):
