@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import ast
 import threading
-from collections import OrderedDict
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 _LOCK = threading.Lock()
-_WALKED: OrderedDict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = OrderedDict()
+_WALKED: weakref.WeakKeyDictionary[ast.AST, tuple[ast.AST, ...]] = weakref.WeakKeyDictionary()
 _WALKED_LOCK = threading.Lock()
-WALKS_KEPT = 4096  # subtrees whose nodes stay listed (a grade reads one suite's many times)
 
 
 def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> Any:
@@ -24,21 +23,17 @@ def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") 
 
 
 def walk(node: ast.AST) -> tuple[ast.AST, ...]:
-    """The nodes `ast.walk(node)` yields, in its order, listed once per node and kept for the
-    next readers: the grader's analyses read the same large test modules many times over, and
-    nothing in the package changes a tree after parsing it (the listing would go stale)."""
-    key = id(node)
+    """The nodes `ast.walk(node)` yields, in its order, listed once per node while the node
+    lives: the grader's analyses read the same large test modules many times over, and
+    nothing in the package changes a tree after parsing it (the listing would go stale). The
+    listing holds the node's descendants only, so it never keeps the node itself alive."""
     with _WALKED_LOCK:
-        kept = _WALKED.get(key)
-        if kept is not None and kept[0] is node:
-            _WALKED.move_to_end(key)
-            return kept[1]
-    listed = tuple(ast.walk(node))
-    with _WALKED_LOCK:
-        _WALKED[key] = (node, listed)  # the node stays alive while listed: its id is its own
-        if len(_WALKED) > WALKS_KEPT:
-            _WALKED.popitem(last=False)
-    return listed
+        below = _WALKED.get(node)
+    if below is None:
+        below = tuple(ast.walk(node))[1:]
+        with _WALKED_LOCK:
+            _WALKED[node] = below
+    return (node, *below)
 
 
 def literal_eval(text: str) -> Any:

@@ -22,7 +22,6 @@ import bisect
 import builtins
 import contextvars
 import dataclasses
-import functools
 import hashlib
 import itertools
 import math
@@ -161,11 +160,8 @@ class Variants:
     skip: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
-@functools.lru_cache(maxsize=256)
 def parse(source: str | bytes) -> ast.Module:
-    """`ast.parse` under the package's parse lock (opd_gym.pyast), one tree per text: the
-    grader reads a suite's modules in every run and grade, and never changes a tree (a
-    caller that would must parse its own)."""
+    """`ast.parse` under the package's parse lock (opd_gym.pyast)."""
     return pyast.parse(source)
 
 
