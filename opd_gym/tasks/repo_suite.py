@@ -59,6 +59,7 @@ from opd_gym.tasks.synth import (
 
 SUITE = "repo"
 MANIFEST = "manifest.json"
+REFUSED = "refused.jsonl"  # tasks whose gold the Grader refused (refused_path)
 # The libraries the suite draws from. cachetools is pinned too, but its suite is unittest
 # classes only, which get no canary (grading/canary.py), so none of its bugs can be kept.
 SUITE_LIBRARIES = ("toolz", "more-itertools", "parse", "inflection", "six")
@@ -81,6 +82,22 @@ def manifest_path() -> Path:
     return data_path("envs", SUITE, MANIFEST)
 
 
+def refused_path() -> Path:
+    """The committed list of suite tasks whose gold fix the default Grader refused (one JSON
+    object per line: id, gold, base, reason), found by `scripts/grade_suite_golds.py`."""
+    return data_path("envs", SUITE, REFUSED)
+
+
+def refused_ids() -> frozenset[str]:
+    """The ids `refused_path()` lists (the suite leaves them out: no grade could verify a
+    fix of theirs)."""
+    path = refused_path()
+    if not path.is_file():
+        return frozenset()
+    return frozenset(json.loads(line)["id"] for line in path.read_text().splitlines()
+                     if line.strip())
+
+
 @functools.cache
 def _project(name: str) -> Project:
     return project_from_library(library(name))
@@ -89,6 +106,7 @@ def _project(name: str) -> Project:
 @functools.cache
 def _tasks() -> tuple[Task, ...]:
     data = read_manifest(manifest_path())
+    refused = refused_ids()
     tasks: list[Task] = []
     for record in data["tasks"]:
         project = _project(record["project"])
@@ -97,7 +115,7 @@ def _tasks() -> tuple[Task, ...]:
             raise DatasetError(f"repo suite: {record['project']} is pinned at "
                                f"{project.version}, the manifest was made from {expected}")
         task = build_task(project, record)
-        if can_earn(task):
+        if task.id not in refused and can_earn(task):
             tasks.append(task)
     return tuple(sorted(tasks, key=lambda t: t.id))
 
