@@ -11,7 +11,8 @@ grading them as a user would.
         [--libraries parse,six] [--ids ID,ID] [--write]
 
 Tasks are graded in a seeded random order, so a partial run (`--limit`) samples every
-library. `--write` appends the refused ones to the file. Each result is printed as one line;
+library. `--write` appends the refused ones to the file; a task whose grade is an infra
+error is named and never listed (the exit status is then 1). Each result is printed as one line;
 the last line is the summary.
 """
 
@@ -50,10 +51,13 @@ def main() -> None:
     random.Random(args.seed).shuffle(tasks)
     if args.limit:
         tasks = tasks[:args.limit]
+    if not tasks:
+        raise SystemExit("no suite task matches (a task refused already is left out of the suite)")
     pool = make_pool("docker", size=args.workers)
     grader = Grader(pool)
     lock = threading.Lock()
-    refused: list[dict[str, str]] = []
+    refused: list[dict[str, object]] = []
+    failed: list[str] = []  # infra errors: no verdict on the task, never listed as refused
 
     def check(task) -> None:
         started = time.monotonic()
@@ -65,7 +69,9 @@ def main() -> None:
             print(f"{'ok ' if ok else 'BAD'} {task.id} gold={gold.score} base={base.score} "
                   f"{time.monotonic() - started:.0f}s {(gold.reason or base.reason or '')[:240]}",
                   flush=True)
-            if not ok:
+            if gold.infra_error or base.infra_error:
+                failed.append(task.id)
+            elif not ok:
                 refused.append({"id": task.id, "gold": gold.score, "base": base.score,
                                 "reason": gold.reason or base.reason or ""})
 
@@ -79,6 +85,9 @@ def main() -> None:
             for row in refused:
                 out.write(json.dumps(row, sort_keys=True) + "\n")
     print(f"{len(refused)} of {len(tasks)} tasks refused", flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} task(s) got no verdict (infra errors), not listed: "
+                         + ", ".join(sorted(failed)))
 
 
 if __name__ == "__main__":
