@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import itertools
 import math
+import operator
 import random
 import string
 from collections import Counter
@@ -273,16 +274,89 @@ def collected_tests(tree: ast.Module, path: str) -> Iterator[tuple[str, ast.AST]
         yield test_id, function
 
 
-def _literal(node: ast.AST) -> object:
-    """The value of a literal expression, or _NO when it is not one."""
+def _literal(node: ast.AST, fold: bool = True) -> object:
+    """The value of a literal expression, or _NO when it is not one. Arithmetic on literals
+    counts unless `fold` is False (`999953 * 999983`, `6**20`, `"thirty-" + "eight"`, in
+    tables too): its value is the text's, computed on the host within small bounds (`_fold`)."""
     try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return ast.literal_eval(node)
+    except ValueError:
+        return _fold(node) if fold else _NO
+    except (TypeError, SyntaxError, MemoryError, RecursionError):
         return _NO
-    return value
 
 
 _NO = object()
+_FOLDS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+          ast.Pow: operator.pow, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+          ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert}
+MAX_FOLDED_BITS = 4096  # an int the host computes from a test's arithmetic
+MAX_FOLDED_TEXT = 10_000  # characters of a str (bytes) it joins or repeats
+
+
+def _fold(node: ast.AST, depth: int = 0) -> object:
+    """The value of literals combined by arithmetic (containers of them too), or _NO: only
+    numbers, str and bytes, no value past MAX_FOLDED_BITS or MAX_FOLDED_TEXT, nothing that
+    raises (`1 / 0`)."""
+    if depth > 50:
+        return _NO
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return value if isinstance(value, int | float | complex | str | bytes) else _NO
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        items = [_fold(e, depth + 1) for e in node.elts]
+        if _NO in items or isinstance(node, ast.Set) and not all(
+                isinstance(i, int | float | complex | str | bytes | tuple) for i in items):
+            return _NO
+        return tuple(items) if isinstance(node, ast.Tuple) else list(items) \
+            if isinstance(node, ast.List) else set(items)
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            return _NO
+        keys = [_fold(k, depth + 1) for k in node.keys]  # type: ignore[arg-type]
+        values = [_fold(v, depth + 1) for v in node.values]
+        if _NO in keys or _NO in values or not all(
+                isinstance(k, int | float | complex | str | bytes | tuple) for k in keys):
+            return _NO
+        return dict(zip(keys, values, strict=True))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        value = _fold(node.operand, depth + 1)
+        if not isinstance(value, int | float | complex) or \
+                isinstance(node.op, ast.Invert) and not isinstance(value, int):
+            return _NO
+        return _UNARY[type(node.op)](value)
+    if not isinstance(node, ast.BinOp) or type(node.op) not in _FOLDS:
+        return _NO
+    left, right = _fold(node.left, depth + 1), _fold(node.right, depth + 1)
+    numbers = int | float | complex
+    text = str | bytes
+    if isinstance(left, numbers) and isinstance(right, numbers):
+        if isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) \
+                and right > 0 and left.bit_length() * right > MAX_FOLDED_BITS:
+            return _NO
+        if isinstance(node.op, ast.LShift) and isinstance(right, int) and \
+                right > MAX_FOLDED_BITS:
+            return _NO
+    elif isinstance(node.op, ast.Add) and isinstance(left, text) and type(left) is type(right):
+        if len(left) + len(right) > MAX_FOLDED_TEXT:  # type: ignore[arg-type]
+            return _NO
+    elif isinstance(node.op, ast.Mult) and {type(left), type(right)} & {str, bytes} and (
+            isinstance(left, int) or isinstance(right, int)):
+        count, piece = (left, right) if isinstance(left, int) else (right, left)
+        if isinstance(count, bool) or not isinstance(piece, text) or \
+                max(count, 0) * len(piece) > MAX_FOLDED_TEXT:
+            return _NO
+    else:
+        return _NO
+    try:
+        value = _FOLDS[type(node.op)](left, right)
+    except (ArithmeticError, ValueError, TypeError):
+        return _NO
+    if isinstance(value, int) and value.bit_length() > MAX_FOLDED_BITS:
+        return _NO
+    return value
 
 
 def _empty(node: ast.AST) -> bool:
@@ -309,6 +383,8 @@ def _constants(node: ast.AST) -> list[ast.AST]:
         return [node]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         return _constants(node.operand)
+    if isinstance(node, ast.BinOp):  # arithmetic on literals (`_fold`): its operands
+        return [*_constants(node.left), *_constants(node.right)]
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return [c for e in node.elts for c in _constants(e)]
     if isinstance(node, ast.Dict):
@@ -826,21 +902,32 @@ def _constant_sites(function: ast.AST, module: _Module) -> list[_Site]:
     return sites
 
 
-def _local_sites(function: ast.AST) -> list[_Site]:
-    """`expected = [...]` (assigned once in the test, read only as the expected side of
-    equality assertions): the literal's value changed."""
-    compared, loads = _compared_names(function)
-    stores: Counter[str] = Counter(n.id for n in pyast.walk(function) if isinstance(n, ast.Name)
-                                   and not isinstance(n.ctx, ast.Load))
-    sites = []
+def literal_locals(function: ast.AST) -> dict[str, list[ast.Assign]]:
+    """{NAME: its assignments} of the test's locals bound only by `NAME = <literal>`
+    statements (`expected = [...]`, once or again before each check, as unittest suites
+    write `actual`/`expected` pairs), each value a different literal: whatever binding a read
+    meets, its value is text a canary can change. Distinct values, so that a value still
+    bound from an earlier check is never the answer to a later one."""
+    _, stores = binding_counts(function)
+    found: dict[str, list[ast.Assign]] = {}
     for node in _own(function):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name) and stores[node.targets[0].id] == 1:
-            name = node.targets[0].id
-            constants = _expected(node.value)
-            if constants and _only_compared(name, function, compared, loads):
-                sites.append(_Site(node, constants, kind="data", names=(name,)))
-    return sites
+                node.targets[0], ast.Name) and _expected(node.value):
+            found.setdefault(node.targets[0].id, []).append(node)
+    return {name: nodes for name, nodes in found.items() if len(nodes) == stores[name]
+            and len({ast.dump(n.value) for n in nodes}) == len(nodes)}
+
+
+def _local_sites(function: ast.AST) -> list[_Site]:
+    """`expected = [...]` (every binding of it in the test a literal, see literal_locals,
+    read only as the expected side of equality assertions): one binding's value changed."""
+    compared, loads = _compared_names(function)
+    bound = literal_locals(function)
+    nodes = sorted(((node, name) for name, assigned in bound.items()
+                    if _only_compared(name, function, compared, loads) for node in assigned),
+                   key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+    return [_Site(node, _expected(node.value), kind="data", names=(name,))
+            for node, name in nodes]
 
 
 def _argnames(node: ast.expr) -> list[str] | None:

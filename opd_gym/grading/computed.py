@@ -232,7 +232,7 @@ def pending(split: tuple[ast.expr, str, ast.expr], statement: ast.stmt, function
     if any(isinstance(n, _NOT_IN_VALUE) for n in pyast.walk(value)) or any(
             isinstance(n, _NOT_IN_SOLUTION_SIDE) for n in pyast.walk(solution_side)):
         return None
-    if binding is None and _literal(value) is not _NO:
+    if binding is None and _literal(value, fold=False) is not _NO:
         return None  # a literal site (held.parts), never a computed one
     judge = facts.judge_for(function)
     if judge.value(solution_side) != sol or judge.value(value) == sol:

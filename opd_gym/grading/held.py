@@ -63,6 +63,7 @@ from opd_gym.grading.canary import (
     _Source,
     binding_counts,
     literal_column,
+    literal_locals,
     local_tables,
     module_names,
     parse,
@@ -177,10 +178,12 @@ def parts(statement: ast.stmt, columns: Collection[str] = (),
     if split is None:
         return None
     left, op, right = split
-    value = _literal(right)
+    # arithmetic written at the site (`== 10**100`) stays computed.py's: a test holding such a
+    # site earns with a computed value, whatever its other comparisons (verdict._earns_unheld)
+    value = _literal(right, fold=False)
     expr = left
     if value is _NO:
-        value, expr = _literal(left), right
+        value, expr = _literal(left, fold=False), right
     if value is _NO and op in ("==", "!="):
         for side, other in ((right, left), (left, right)):
             if isinstance(side, ast.Name) and side.id in columns:
@@ -489,8 +492,12 @@ class _DataReader:
             own = {id(n.func) for n in pyast.walk(self.tree) if isinstance(n, ast.Call)
                    and isinstance(n.func, ast.Name) and n.func.id in ("exec", "eval")
                    and (len(n.args) >= 2 or any(k.arg == "globals" for k in n.keywords))}
+            # `vars(obj)` reads an object's attributes; a function's locals only `vars()`
+            objects = {id(n.func) for n in pyast.walk(self.tree) if isinstance(n, ast.Call)
+                       and isinstance(n.func, ast.Name) and n.func.id == "vars" and n.args} \
+                if readers is _LOCAL_READERS else set()
             self._usable[readers] = not any(
-                isinstance(n, ast.Name) and n.id in readers and id(n) not in own
+                isinstance(n, ast.Name) and n.id in readers and id(n) not in own | objects
                 or isinstance(n, ast.Attribute) and n.attr in readers
                 for n in pyast.walk(self.tree)) and not (own and any(
                     re.search(rf"(?<![\w]){name}(?![\w])", text)
@@ -532,26 +539,41 @@ class _DataReader:
                 out[name] = Data(name, False, (node.value,))
         return out
 
-    def assigned(self, function: ast.AST) -> list[tuple[ast.FunctionDef, dict[str, Data]]]:
-        """(function, {NAME: Data}) of the test's locals `NAME = <literal>`: a statement of
-        that function's own body (the test's or a helper's), NAME's only binding in the test,
-        and read once in it."""
-        loads, stores = binding_counts(function)
-        out = []
+    def assigned(self, function: ast.AST) -> dict[int, dict[str, Data]]:
+        """{id(statement): {NAME: Data}} of the test's locals `NAME = <literal>` (every
+        binding of NAME in the test such a statement of one function's own body, the test's
+        or a helper's, see `literal_locals`) at the statements of that body they reach: each
+        binding read exactly once, before the next one, so a site holds the value it reads."""
+        if not self.usable(_LOCAL_READERS):
+            return {}
+        loads, _ = binding_counts(function)
+        bound = literal_locals(function)
+        out: dict[int, dict[str, Data]] = {}
         for owner in pyast.walk(function):
             if not isinstance(owner, ast.FunctionDef):
                 continue
-            found = {}
+            mine = {name for name, nodes in bound.items() if len(nodes) == loads[name]
+                    and all(any(s is n for s in owner.body) and _literal(n.value) is not _NO
+                            for n in nodes)}
+            reads = {name: [0] for name in mine}  # loads of NAME since each binding
+            current: dict[str, Data] = {}
             for statement in owner.body:
-                if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
-                        and isinstance(statement.targets[0], ast.Name):
-                    name = statement.targets[0].id
-                    if loads[name] == 1 and stores[name] == 1 \
-                            and _literal(statement.value) is not _NO:
-                        found[name] = Data(name, False, (statement.value,))
-            if found:
-                out.append((owner, found))
-        return out if out and self.usable(_LOCAL_READERS) else []
+                for node in pyast.walk(statement):
+                    if isinstance(node, ast.Name) and node.id in mine and isinstance(
+                            node.ctx, ast.Load):
+                        reads[node.id][-1] += 1
+                target = statement.targets[0] if isinstance(statement, ast.Assign) else None
+                if isinstance(target, ast.Name) and target.id in mine:
+                    reads[target.id].append(0)
+                    current[target.id] = Data(target.id, False, (statement.value,))  # type: ignore
+                elif current:
+                    out[id(statement)] = dict(current)
+            spoilt = {name for name, counts in reads.items() if counts[0] or any(
+                c != 1 for c in counts[1:])}
+            for names in out.values():
+                for name in spoilt & names.keys():
+                    del names[name]
+        return {key: names for key, names in out.items() if names}
 
     def loop(self, function: ast.AST, loop: ast.For, statement: ast.stmt) -> dict[str, Data]:
         """{NAME: Data} of the loop's expected columns `statement` may compare with: the
@@ -999,7 +1021,7 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
         body = {i: (statement, loop) for i, statement, loop in _straight(function)
                 if id(statement) not in repeated}
         constants: dict[str, Data] | None = None
-        assigned: list[tuple[ast.FunctionDef, dict[str, Data]]] | None = None
+        assigned: dict[int, dict[str, Data]] | None = None
         budget = MAX_HELD  # values the test emits: a loop site that would pass it is not held
         for index in held[original] if held is not None else sorted(body):
             statement, loop = body.get(index, (None, None))
@@ -1009,9 +1031,8 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
                     and statement in getattr(function, "body", ()) else ()
                 if constants is None or assigned is None:  # a clone's are never held
                     constants = reader.constants(function) if test_id == original else {}
-                    assigned = reader.assigned(function) if test_id == original else []
-                data = {**constants, **next((names for owner, names in assigned if any(
-                    s is statement for s in owner.body)), {})}
+                    assigned = reader.assigned(function) if test_id == original else {}
+                data = {**constants, **assigned.get(id(statement), {})}
                 p = parts(statement, columns, data, equalities, names)
                 if p is not None and isinstance(p[2], Column) and p[2].near is not None \
                         and param is not None and not _accepted(param, p[2]):

@@ -18,6 +18,7 @@ from opd_gym.grading import (
     parse_verdict,
     run_harness_here,
 )
+from opd_gym.grading import canary as canary_module
 from opd_gym.grading import test_paths as hidden_paths
 from opd_gym.grading.canary import collected_tests
 from opd_gym.grading.expected import expected_tests
@@ -376,11 +377,33 @@ def test_expression_expected():
         assert f(given) == expected
 
 
+def test_call_expected():
+    rows = [(13, str("thirteen"))]
+    for given, expected in rows:
+        assert f(given) == expected
+
+
 def test_local_table_read_twice():
     pairs = [(8, "eight")]
     for given, expected in pairs:
         assert f(given) == expected
     assert len(pairs) == 1
+
+
+def test_local_pairs():
+    actual = f(13)
+    expected = "thirteen"
+    assert actual == expected
+    actual = f(14)
+    expected = "fourteen"
+    assert actual == expected
+
+
+def test_local_pairs_alike():
+    expected = "fifteen"
+    assert f(15) == expected
+    expected = "fifteen"
+    assert f(15) == expected
 
 
 def test_empties():
@@ -411,10 +434,22 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
     assert all(canaries.canaries[f"{path}::test_local_table"].earns for canaries in (
         make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
     assert "data" not in {k for k, _, _ in seen["test_local_table_read_twice"]}
-    # input cells may be expressions; a column with one in it is no data site
+    # a local bound again before each check: each binding is a data site, and the test earns
+    assert {(k, o) for k, o, _ in seen["test_local_pairs"]} == {("data", '"thirteen"'),
+                                                                ("data", '"fourteen"')}
+    assert all(canaries.canaries[f"{path}::test_local_pairs"].earns for canaries in (
+        make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
+    # ... but not where two bindings have one value: a reader would find the earlier one
+    assert "data" not in {k for k, _, _ in seen["test_local_pairs_alike"]}
+    assert not any(canaries.canaries[f"{path}::test_local_pairs_alike"].earns for canaries in (
+        make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
+    # input cells may be any expressions
     assert {(k, o) for k, o, _ in seen["test_expression_inputs"]} == {("data", '"nine"'),
                                                                       ("data", '"ten"')}
-    assert "data" not in {k for k, _, _ in seen["test_expression_expected"]}
+    # expected cells may be arithmetic on literals (its operands perturbed), not calls
+    assert {(k, o) for k, o, _ in seen["test_expression_expected"]} == {
+        ("data", '"ele"'), ("data", '"ven"'), ("data", '"twelve"')}
+    assert "data" not in {k for k, _, _ in seen["test_call_expected"]}
     # a table two tests read is never perturbed: they get the complement only
     assert {k for k, _, _ in seen["test_shared_a"] | seen["test_shared_b"]} == {"operator"}
     empties = seen["test_empties"]
@@ -776,3 +811,21 @@ def test_the_statement_parse_check_agrees_with_a_whole_module_parse():
         except (SyntaxError, ValueError):
             whole = False
         assert statements.parses(edits) == whole, (edits, src.data[start - 30:end + 30])
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("6**20", 6**20), ("1 * 2**19 * 2 * 3**19", 2**20 * 3**19),
+    ("999953 * 999983", 999953 * 999983), ('"thirty-" + "eight"', "thirty-eight"),
+    ('[(1, 2 * 3), {"a": -2**3}]', [(1, 6), {"a": -8}]), ("10**-2", 0.01), ("~3", -4),
+    ('b"ab" * 2', b"abab"), ("{1 + 1}", {2})])
+def test_arithmetic_on_literals_is_a_literal(text, value):
+    folded = canary_module._literal(ast.parse(text, mode="eval").body)
+    assert folded == value and type(folded) is type(value)
+
+
+@pytest.mark.parametrize("text", [
+    "2**100000", "1 << 10**6", '"a" * 10**9', 'b"a" * 10**6', "1 / 0", "10.0**400",
+    "x + 1", "[1] * 3", "(1, 2) + (3,)", "len('ab') + 1", '"a" * True', "not 0"])
+def test_arithmetic_the_host_would_not_compute_is_no_literal(text):
+    # too large, raising, naming anything, or not numbers and text: left to the test
+    assert canary_module._literal(ast.parse(text, mode="eval").body) is canary_module._NO

@@ -621,20 +621,51 @@ def test_expression_expected():
         assert name(n) == want
 
 
+def test_call_expected():
+    rows = [(39, str("thirty-nine"))]
+    for n, want in rows:
+        assert name(n) == want
+
+
 def test_local_table_rebound():
     pairs = [(34, "thirty-four")]
     pairs = [(35, "thirty-five")]
     for n, want in pairs:
         assert name(n) == want
+
+
+def test_local_pairs():
+    actual = name(40)
+    expected = "forty"
+    assert actual == expected
+    actual = name(41)
+    expected = ["forty-one"]
+    assert [actual] == expected
+
+
+def test_local_pairs_alike():
+    expected = "forty-two"
+    assert name(42) == expected
+    expected = "forty-two"
+    assert name(42) == expected
+
+
+def test_local_pairs_read_twice():
+    expected = "forty-three"
+    assert name(43) == expected
+    expected = "forty-four"
+    assert name(44) == expected
+    assert expected
 '''
 DATA_HELD = {"test_d.py::test_table": (2,), "test_d.py::test_inline": (1,),
              "test_d.py::test_items": (1,), "test_d.py::test_zip": (1,),
              "test_d.py::test_constant": (0,), "test_d.py::test_local": (1,),
              "test_d.py::test_local_table": (3,), "test_d.py::test_local_items": (2,),
-             "test_d.py::test_expression_inputs": (2,)}
+             "test_d.py::test_expression_inputs": (2,), "test_d.py::test_local_pairs": (2, 5),
+             "test_d.py::test_expression_expected": (2,)}
 DATA_VALUES = ('"one"', '"four"', '"nine"', '"two"', '"five"', '"three"', '"six"', '"seven"',
                '"ten"', '"eleven"', '"twenty"', '"thirty"', '"thirty-one"', '"thirty-three"',
-               '"thirty-six"', '"thirty-seven"')
+               '"thirty-six"', '"thirty-seven"', '"forty"', '"forty-one"', '"thirty-"', '"eight"')
 
 
 def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates():
@@ -642,9 +673,11 @@ def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates()
     # a table two tests read, one mutated, one computed, zip of unequal lengths, a table
     # read by its text, a branch or a nested loop before the site, a `break`, a message
     # reading the column, a `with` around the site, a literal in a loop, an argument
-    # shadowing a module constant, a local bound twice or read in a closure, a table of the
-    # test's own read twice or bound twice, a column with an expression in it: not held (a
-    # table read once by its loop is, its input cells may be expressions)
+    # shadowing a module constant, a local bound twice before one read, read in a closure,
+    # bound twice to one value or read twice after a binding, a table of the test's own read
+    # twice or bound twice, a column with a call in it: not held (a table read once by its
+    # loop is, its input cells may be expressions, its expected ones arithmetic on literals;
+    # a local bound again before each of its reads is, at each)
     assert held.candidates(sources, ["test_d.py"]) == DATA_HELD
     assert held.parametrized(sources, ["test_d.py"]) == set(DATA_HELD)  # never cloned
     # `globals()` (or `vars`, `exec`, a frame's globals) anywhere in the module: no module
@@ -653,8 +686,14 @@ def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates()
     assert held.candidates({"test_d.py": reads}, ["test_d.py"]) == {
         t: s for t, s in DATA_HELD.items() if "_local" in t or "expression" in t
         or "inline" in t}
-    reads = DATA_TESTS + "\n\ndef test_locals():\n    assert not locals()\n"
-    assert not held.candidates({"test_d.py": reads}, ["test_d.py"])
+    # `vars(obj)` reads an object's attributes, not a frame's locals: locals stay held
+    reads = DATA_TESTS + "\n\ndef test_vars():\n    assert vars(sys)\n"
+    assert held.candidates({"test_d.py": reads}, ["test_d.py"]) == {
+        t: s for t, s in DATA_HELD.items() if "_local" in t or "expression" in t
+        or "inline" in t}
+    for frame in ("locals()", "vars()"):
+        reads = DATA_TESTS + f"\n\ndef test_locals():\n    assert not {frame}\n"
+        assert not held.candidates({"test_d.py": reads}, ["test_d.py"]), frame
 
 
 def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
@@ -676,6 +715,9 @@ def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
     assert "    expected = None\n" in real
     assert "pairs = ((30, None), (31, None))" in real and "words = {33: None}" in real
     assert 'rows = [(int("36"), None), (6 * 6 + 1, None)]' in real
+    assert "rows = [(38, None)]" in real
+    assert runs.expect[0]["test_d.py::test_expression_expected"] == {
+        2: (held.ROWS, (("==", "thirty-eight"),))}
     assert "hold(2, (got))" in real and "    for n, want in CASES:" in real
     rows = [("==", "one"), ("==", "four"), ("==", "nine")]
     assert runs.expect[0]["test_d.py::test_table"] == {2: (held.ROWS, tuple(rows))}
@@ -683,6 +725,10 @@ def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
     assert [r for r in changed if r not in rows] == [("==", canary.replacement.strip('"'))]
     assert runs.expect[0]["test_d.py::test_constant"] == {0: ("==", "seven")}
     assert runs.expect[0]["test_d.py::test_local"] == {1: ("==", ["twenty", "one"])}
+    # a local bound again before each check: each check holds the value it reads
+    assert runs.expect[0]["test_d.py::test_local_pairs"] == {2: ("==", "forty"),
+                                                             5: ("==", ["forty-one"])}
+    assert real.count("    expected = None\n") == 3
     assert runs.expect[0]["test_d.py::test_zip"] == {
         1: (held.ROWS, (("==", "three"), ("==", "six")))}
     assert not runs.unheld

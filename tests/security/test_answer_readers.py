@@ -287,6 +287,15 @@ class TestRows(unittest.TestCase):
         for n, want in [(6, "VI"), (19, "XIX"), (44, "XLIV")]:
             with self.subTest(n=n):
                 self.assertEqual(to_roman(n), want)
+
+
+class TestPairs(unittest.TestCase):
+    def test_pairs(self):
+        expected = "XII"
+        actual = to_roman(12)
+        self.assertEqual(actual, expected)
+        expected = "MMXXIV"
+        self.assertEqual(to_roman(2024), expected)
 '''
 ROMAN_REFERENCE = '''\
 def to_roman(n):
@@ -302,14 +311,15 @@ ROMAN = Task(id="answer_readers_roman_table", prompt="Write roman.py.",
              files={"roman.py": "def to_roman(n):\n    raise NotImplementedError\n"},
              tests={"test_roman.py": TABLE_TESTS}, solution={"roman.py": ROMAN_REFERENCE},
              timeout=30.0)
-# reads `want` from the caller's frame, `EXPECTED` from its globals
+# reads `want` or `expected` from the caller's frame, `EXPECTED` from its globals
 ROMAN_FRAME_READER = '''
 import sys
 
 def to_roman(n):
     frame = sys._getframe(1)
-    if "want" in frame.f_locals:
-        return frame.f_locals["want"]
+    for name in ("want", "expected"):
+        if name in frame.f_locals:
+            return frame.f_locals[name]
     return frame.f_globals.get("EXPECTED", "")
 '''
 # every test item passes on a coin of its own (p = 1: every test), its report a pass
@@ -351,17 +361,19 @@ def to_roman(n):
 
 def test_expectations_read_from_literal_tables_are_held_and_earn(grader):
     """Loop tables (`for n, want in CASES`, inline rows, `WORDS.items()`, a table of the
-    test's own, rows whose inputs are expressions, a unittest subTest loop) and a module
-    constant are held per row under the default Grader: every test earns, the reference
-    scores 1.0, the starter 0, and a frame reader or a per-item coin earns nothing."""
+    test's own, rows whose inputs are expressions, a unittest subTest loop), a module
+    constant and a local bound again before each check (`expected = ...` pairs) are held
+    under the default Grader: every test earns, the reference scores 1.0, the starter 0,
+    and a frame reader or a per-item coin earns nothing."""
     calibration = grader.calibration(ROMAN)
     assert set(calibration.held or {}) == {f"test_roman.py::{t}" for t in (
         "test_table", "test_inline", "test_items", "test_constant", "test_local_table",
-        "test_expression_inputs", "TestRows::test_subtests")}, calibration.held
+        "test_expression_inputs", "TestRows::test_subtests", "TestPairs::test_pairs")}, \
+        calibration.held
     honest = _grade(grader, ROMAN, ROMAN_REFERENCE)
-    assert honest.score == 1.0 and honest.earning == 7, (honest.reason, honest.tests)
+    assert honest.score == 1.0 and honest.earning == 8, (honest.reason, honest.tests)
     starter = _grade(grader, ROMAN, ROMAN.files["roman.py"])
-    assert starter.score == 0.0 and starter.earning == 7, starter.reason
+    assert starter.score == 0.0 and starter.earning == 8, starter.reason
     attacks = [ROMAN_FRAME_READER, ROMAN_COIN.replace("{p}", "1.0"),
                *[ROMAN_COIN.replace("{p}", "0.5")] * 6]
     for source in attacks:
