@@ -902,20 +902,38 @@ def _constant_sites(function: ast.AST, module: _Module) -> list[_Site]:
     return sites
 
 
-def literal_locals(function: ast.AST) -> dict[str, list[ast.Assign]]:
-    """{NAME: its assignments} of the test's locals bound only by `NAME = <literal>`
-    statements (`expected = [...]`, once or again before each check, as unittest suites
-    write `actual`/`expected` pairs), each value a different literal: whatever binding a read
-    meets, its value is text a canary can change. Distinct values, so that a value still
-    bound from an earlier check is never the answer to a later one."""
+def literal_bindings(statement: ast.AST) -> list[tuple[str, ast.expr]]:
+    """(NAME, value) of each name an assignment binds to a value of its own text: `NAME =
+    <value>`, or `a, b = <value>, <value>` (a tuple or list target of names, a value of as
+    many items, none starred)."""
+    if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+        return []
+    target, value = statement.targets[0], statement.value
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) \
+            and len(target.elts) == len(value.elts) and all(
+                isinstance(t, ast.Name) for t in target.elts) and not any(
+                isinstance(v, ast.Starred) for v in value.elts):
+        return [(t.id, v) for t, v in zip(target.elts, value.elts, strict=True)]  # type: ignore
+    return []
+
+
+def literal_locals(function: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.expr]]]:
+    """{NAME: (statement, value) of each binding} of the test's locals bound only by
+    assignments of literals (`expected = [...]`, `given, expected = "8", "8.0.0"`, once or
+    again before each check, as unittest suites write `actual`/`expected` pairs), each value
+    a different literal: whatever binding a read meets, its value is text a canary can
+    change. Distinct values, so that a value still bound from an earlier check is never the
+    answer to a later one."""
     _, stores = binding_counts(function)
-    found: dict[str, list[ast.Assign]] = {}
+    found: dict[str, list[tuple[ast.stmt, ast.expr]]] = {}
     for node in _own(function):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name) and _expected(node.value):
-            found.setdefault(node.targets[0].id, []).append(node)
-    return {name: nodes for name, nodes in found.items() if len(nodes) == stores[name]
-            and len({ast.dump(n.value) for n in nodes}) == len(nodes)}
+        for name, value in literal_bindings(node):
+            found.setdefault(name, []).append((node, value))  # type: ignore[arg-type]
+    return {name: bindings for name, bindings in found.items() if len(bindings) == stores[name]
+            and all(_expected(v) for _, v in bindings)
+            and len({ast.dump(v) for _, v in bindings}) == len(bindings)}
 
 
 def _local_sites(function: ast.AST) -> list[_Site]:
@@ -923,11 +941,10 @@ def _local_sites(function: ast.AST) -> list[_Site]:
     read only as the expected side of equality assertions): one binding's value changed."""
     compared, loads = _compared_names(function)
     bound = literal_locals(function)
-    nodes = sorted(((node, name) for name, assigned in bound.items()
-                    if _only_compared(name, function, compared, loads) for node in assigned),
-                   key=lambda pair: (pair[0].lineno, pair[0].col_offset))
-    return [_Site(node, _expected(node.value), kind="data", names=(name,))
-            for node, name in nodes]
+    values = sorted(((value, name) for name, bindings in bound.items()
+                     if _only_compared(name, function, compared, loads) for _, value in bindings),
+                    key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+    return [_Site(value, _expected(value), kind="data", names=(name,)) for value, name in values]
 
 
 def _argnames(node: ast.expr) -> list[str] | None:

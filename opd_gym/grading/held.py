@@ -62,6 +62,7 @@ from opd_gym.grading.canary import (
     _runs_under_one_id,
     _Source,
     binding_counts,
+    literal_bindings,
     literal_column,
     literal_locals,
     local_tables,
@@ -552,9 +553,9 @@ class _DataReader:
         for owner in pyast.walk(function):
             if not isinstance(owner, ast.FunctionDef):
                 continue
-            mine = {name for name, nodes in bound.items() if len(nodes) == loads[name]
-                    and all(any(s is n for s in owner.body) and _literal(n.value) is not _NO
-                            for n in nodes)}
+            mine = {name for name, bindings in bound.items() if len(bindings) == loads[name]
+                    and all(any(s is b for s in owner.body) and _literal(v) is not _NO
+                            for b, v in bindings)}
             reads = {name: [0] for name in mine}  # loads of NAME since each binding
             current: dict[str, Data] = {}
             for statement in owner.body:
@@ -562,11 +563,11 @@ class _DataReader:
                     if isinstance(node, ast.Name) and node.id in mine and isinstance(
                             node.ctx, ast.Load):
                         reads[node.id][-1] += 1
-                target = statement.targets[0] if isinstance(statement, ast.Assign) else None
-                if isinstance(target, ast.Name) and target.id in mine:
-                    reads[target.id].append(0)
-                    current[target.id] = Data(target.id, False, (statement.value,))  # type: ignore
-                elif current:
+                binds = [(n, v) for n, v in literal_bindings(statement) if n in mine]
+                for name, value in binds:
+                    reads[name].append(0)
+                    current[name] = Data(name, False, (value,))
+                if current and not binds:
                     out[id(statement)] = dict(current)
             spoilt = {name for name, counts in reads.items() if counts[0] or any(
                 c != 1 for c in counts[1:])}

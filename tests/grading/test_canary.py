@@ -399,6 +399,11 @@ def test_local_pairs():
     assert actual == expected
 
 
+def test_local_unpacked():
+    given, expected = 16, "sixteen"
+    assert f(given) == expected
+
+
 def test_local_pairs_alike():
     expected = "fifteen"
     assert f(15) == expected
@@ -439,6 +444,8 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
                                                                 ("data", '"fourteen"')}
     assert all(canaries.canaries[f"{path}::test_local_pairs"].earns for canaries in (
         make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
+    # an unpacked binding too (`given, expected = 16, "sixteen"`), its expected item only
+    assert {(k, o) for k, o, _ in seen["test_local_unpacked"]} == {("data", '"sixteen"')}
     # ... but not where two bindings have one value: a reader would find the earlier one
     assert "data" not in {k for k, _, _ in seen["test_local_pairs_alike"]}
     assert not any(canaries.canaries[f"{path}::test_local_pairs_alike"].earns for canaries in (

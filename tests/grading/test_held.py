@@ -643,6 +643,11 @@ def test_local_pairs():
     assert [actual] == expected
 
 
+def test_local_unpacked():
+    given, expected = 45, "forty-five"
+    assert name(given) == expected
+
+
 def test_local_pairs_alike():
     expected = "forty-two"
     assert name(42) == expected
@@ -662,10 +667,11 @@ DATA_HELD = {"test_d.py::test_table": (2,), "test_d.py::test_inline": (1,),
              "test_d.py::test_constant": (0,), "test_d.py::test_local": (1,),
              "test_d.py::test_local_table": (3,), "test_d.py::test_local_items": (2,),
              "test_d.py::test_expression_inputs": (2,), "test_d.py::test_local_pairs": (2, 5),
-             "test_d.py::test_expression_expected": (2,)}
+             "test_d.py::test_expression_expected": (2,), "test_d.py::test_local_unpacked": (1,)}
 DATA_VALUES = ('"one"', '"four"', '"nine"', '"two"', '"five"', '"three"', '"six"', '"seven"',
                '"ten"', '"eleven"', '"twenty"', '"thirty"', '"thirty-one"', '"thirty-three"',
-               '"thirty-six"', '"thirty-seven"', '"forty"', '"forty-one"', '"thirty-"', '"eight"')
+               '"thirty-six"', '"thirty-seven"', '"forty"', '"forty-one"', '"thirty-"', '"eight"',
+               '"forty-five"')
 
 
 def test_loop_columns_and_constants_read_once_from_literal_data_are_candidates():
@@ -729,6 +735,8 @@ def test_no_expected_value_of_a_held_loop_or_constant_enters_the_sandbox():
     assert runs.expect[0]["test_d.py::test_local_pairs"] == {2: ("==", "forty"),
                                                              5: ("==", ["forty-one"])}
     assert real.count("    expected = None\n") == 3
+    assert "    given, expected = 45, None\n" in real  # an unpacked binding: its value only
+    assert runs.expect[0]["test_d.py::test_local_unpacked"] == {1: ("==", "forty-five")}
     assert runs.expect[0]["test_d.py::test_zip"] == {
         1: (held.ROWS, (("==", "three"), ("==", "six")))}
     assert not runs.unheld

@@ -289,6 +289,11 @@ class TestRows(unittest.TestCase):
                 self.assertEqual(to_roman(n), want)
 
 
+def test_unpacked():
+    given, expected = 3999, "MMMCMXCIX"
+    assert to_roman(given) == expected
+
+
 class TestPairs(unittest.TestCase):
     def test_pairs(self):
         expected = "XII"
@@ -362,18 +367,20 @@ def to_roman(n):
 def test_expectations_read_from_literal_tables_are_held_and_earn(grader):
     """Loop tables (`for n, want in CASES`, inline rows, `WORDS.items()`, a table of the
     test's own, rows whose inputs are expressions, a unittest subTest loop), a module
-    constant and a local bound again before each check (`expected = ...` pairs) are held
-    under the default Grader: every test earns, the reference scores 1.0, the starter 0,
-    and a frame reader or a per-item coin earns nothing."""
+    constant, a local unpacked from literals and a local bound again before each check
+    (`expected = ...` pairs) are held under the default Grader: every test earns, the
+    reference scores 1.0, the starter 0, and a frame reader or a per-item coin earns
+    nothing."""
     calibration = grader.calibration(ROMAN)
     assert set(calibration.held or {}) == {f"test_roman.py::{t}" for t in (
         "test_table", "test_inline", "test_items", "test_constant", "test_local_table",
-        "test_expression_inputs", "TestRows::test_subtests", "TestPairs::test_pairs")}, \
+        "test_expression_inputs", "TestRows::test_subtests", "TestPairs::test_pairs",
+        "test_unpacked")}, \
         calibration.held
     honest = _grade(grader, ROMAN, ROMAN_REFERENCE)
-    assert honest.score == 1.0 and honest.earning == 8, (honest.reason, honest.tests)
+    assert honest.score == 1.0 and honest.earning == 9, (honest.reason, honest.tests)
     starter = _grade(grader, ROMAN, ROMAN.files["roman.py"])
-    assert starter.score == 0.0 and starter.earning == 8, starter.reason
+    assert starter.score == 0.0 and starter.earning == 9, starter.reason
     attacks = [ROMAN_FRAME_READER, ROMAN_COIN.replace("{p}", "1.0"),
                *[ROMAN_COIN.replace("{p}", "0.5")] * 6]
     for source in attacks:
