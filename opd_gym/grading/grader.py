@@ -405,16 +405,17 @@ class Grader:
         # the starter and the null submission compute what the tests compute too: a computed
         # expectation is held only where another process computed the same (computed.py)
         first = {"held": probes, "probe": "first"} if probes and task.solution else {}
-        starter_run, _ = self._run(task, files(task.files), bare, sentinels=candidates,
-                                   count=len(candidates), calibrating="the untouched starter",
-                                   single=True, **first)
-        # What the starter passed, even in a run cut short: a gate too many never pays.
+        starter_run = self._finished(task, files(task.files), bare, sentinels=candidates,
+                                     count=len(candidates), calibrating="the untouched starter",
+                                     single=True, **first)
+        # What the starter passed, even in a run cut short twice (it hangs): a gate too many
+        # never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
             return Calibration(canaries, starter_passed=starter_passed)
-        null_run, _ = self._run(task, files(null_submission(task)), bare, sentinels=candidates,
-                                count=len(candidates), calibrating="the null submission",
-                                single=True, **first)
+        null_run = self._finished(task, files(null_submission(task)), bare, sentinels=candidates,
+                                  count=len(candidates), calibrating="the null submission",
+                                  single=True, **first)
         null_passed = _passed(null_run)
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
@@ -591,6 +592,18 @@ class Grader:
         if task.test_ids:
             return set(task.test_ids), True
         return expected_tests(task.tests, test_paths(task)), False
+
+    def _finished(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
+                  **options: Any) -> Merged:
+        """A calibration run of the starter or the null submission (`_run`), run once more
+        where its timeout cut it short: a load spike (other grades, a busy host) can do that,
+        and the tests such a run never finished would then earn, paying a later untouched
+        submission that finishes them. A run cut short twice hangs for real (a bug that
+        loops): the tests it did not pass earn, and a submission that still hangs times out."""
+        run, _ = self._run(task, keep, canaries, **options)
+        if run.timed_out:
+            run, _ = self._run(task, keep, canaries, **options)
+        return run
 
     def _run(self, task: Task, keep: dict[str, bytes], canaries: CanarySet,
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),

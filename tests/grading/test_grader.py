@@ -486,6 +486,58 @@ def test_a_canary_that_hangs_the_reference_is_dropped_and_its_test_gates(grader,
     assert wrong.score == 0.0 and wrong.timed_out and "test_add_in_a_thread" in wrong.reason
 
 
+SLOW_STARTER = """\
+import time
+
+
+def add(a, b):
+    time.sleep(0.6)
+    return a + b if a < 3 else 0
+"""
+SLOW_TESTS = """\
+from calc import add
+
+
+def test_one():
+    assert add(1, 1) == 2
+
+
+def test_two():
+    assert add(2, 2) == 4
+
+
+def test_three():
+    assert add(3, 3) == 6
+"""
+
+
+def test_a_starter_run_cut_short_by_a_load_spike_runs_again(local_pool, make_task,
+                                                            monkeypatch):
+    # A load spike cannot be made on demand, so this one is simulated: the untouched
+    # starter's first calibration run gets a budget too short to finish (the real harness
+    # kills it in its second test, as a busy host would). Taken as it is, the tests it never
+    # finished would earn, and the untouched starter, finishing them later, would be paid.
+    task = make_task(files={"calc.py": SLOW_STARTER}, tests={"test_calc.py": SLOW_TESTS},
+                     timeout=30.0)
+    real_run, cut = Grader._run, []
+
+    def run(self, task, *args, **options):
+        if options.get("calibrating") == "the untouched starter" and not cut:
+            cut.append(task.timeout)
+            task = dataclasses.replace(task, timeout=0.9)
+        return real_run(self, task, *args, **options)
+
+    monkeypatch.setattr(Grader, "_run", run)
+    grader = Grader(local_pool)
+    calibration = grader.calibration(task)
+    assert cut == [30.0]
+    assert {"test_calc.py::test_one", "test_calc.py::test_two"} <= calibration.starter_passed
+    assert calibration.earning == {"test_calc.py::test_three"}, calibration.earning
+    base = grader.grade(task, {"calc.py": SLOW_STARTER.encode()})
+    assert base.score == 0.0 and base.earning == 1, base
+    assert grader.grade(task, {"calc.py": task.solution["calc.py"].encode()}).score == 1.0
+
+
 CLOCK = """\
 import time
 
