@@ -29,3 +29,21 @@ def test_imports_map_names_to_what_they_import():
     assert imports.names == {"a": {"a"}, "u": {"t"}, "F": {"m.E"}, "G": {"m.G"},
                              "rel": {"<relative>.rel"}, "inner": {"inner"}}
     assert imports.stars == {"star"}
+
+
+def test_every_parse_in_the_package_takes_the_lock():
+    # CPython before 3.11.9 (gh-106905) fails with "AST constructor recursion depth mismatch"
+    # when two threads build ASTs at once: grading two tasks in threads hit it through an
+    # unlocked `ast.parse` (opd_gym/grading/in_process.py)
+    package = Path(pyast.__file__).parent
+    direct = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "pyast.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "parse" and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "ast" or isinstance(node, ast.Attribute) \
+                    and node.attr == "PyCF_ONLY_AST":
+                direct.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert not direct, f"parse through opd_gym.pyast.parse: {direct}"

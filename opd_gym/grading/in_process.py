@@ -29,7 +29,7 @@ def imports_any(sources: Iterable[str], modules: Collection[str]) -> bool:
     `exec`...). A source that does not parse counts as importing (nothing can be ruled out)."""
     for source in sources:
         try:
-            tree = ast.parse(source)
+            tree = pyast.parse(source)
         except (SyntaxError, ValueError):
             return True
         for node in pyast.walk(tree):
