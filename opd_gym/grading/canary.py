@@ -932,8 +932,17 @@ def literal_locals(function: ast.AST) -> dict[str, list[tuple[ast.stmt, ast.expr
         for name, value in literal_bindings(node):
             found.setdefault(name, []).append((node, value))  # type: ignore[arg-type]
     return {name: bindings for name, bindings in found.items() if len(bindings) == stores[name]
-            and all(_expected(v) for _, v in bindings)
-            and len({ast.dump(v) for _, v in bindings}) == len(bindings)}
+            and all(_expected(v) for _, v in bindings) and _distinct([v for _, v in bindings])}
+
+
+def _distinct(values: list[ast.expr]) -> bool:
+    """One value, or literal values no two of which are equal (`1` and `1.0` are one value,
+    however differently written; a helper's call is vouched for only alone)."""
+    if len(values) == 1:
+        return True
+    literals = [_literal(v) for v in values]
+    return _NO not in literals and all(
+        a != b for i, a in enumerate(literals) for b in literals[i + 1:])
 
 
 def _local_sites(function: ast.AST) -> list[_Site]:

@@ -411,6 +411,13 @@ def test_local_pairs_alike():
     assert f(15) == expected
 
 
+def test_local_pairs_equal_in_value():
+    expected = 15
+    assert f(15) == expected
+    expected = 15.0
+    assert f(15) == expected
+
+
 def test_empties():
     assert f(None) == []
     assert f(None) == ""
@@ -450,6 +457,8 @@ def test_loops_module_tables_and_empty_literals_get_value_canaries():
     assert "data" not in {k for k, _, _ in seen["test_local_pairs_alike"]}
     assert not any(canaries.canaries[f"{path}::test_local_pairs_alike"].earns for canaries in (
         make_canaries(sources, [path], seed, solution_modules=["calc"]) for seed in range(3)))
+    # ... nor where they are written differently but equal (`15` and `15.0`)
+    assert "data" not in {k for k, _, _ in seen["test_local_pairs_equal_in_value"]}
     # input cells may be any expressions
     assert {(k, o) for k, o, _ in seen["test_expression_inputs"]} == {("data", '"nine"'),
                                                                       ("data", '"ten"')}
