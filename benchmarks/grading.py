@@ -18,8 +18,11 @@ grades the same files with `Grader(single_run=False)`: both variants always (wha
 cost before one-run grading; where the grade takes 2 runs anyway the two columns do the
 same). Rounds are interleaved task by task so that machine noise hits all sides alike; each
 task is calibrated once first (a Grader does that once per task; its cost is shown apart).
-The column "host s" is the part of a grade spent outside the sandbox's harness run (the
-held rewrite of the tests, canaries, reading the verdict).
+The column "host s" is the part of a grade spent outside the sandbox's harness run, from its
+request to its verdict (the held rewrite of the tests, canaries, copying the files, reading
+the verdict; the harness's own start-up runs beside it). The column "cold" grades the same
+files with the harness started only once its request is ready, after the host's work (as
+every grade did before `launch.StartedHarness`).
 
     python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args] [--repo 1]
 """
@@ -94,45 +97,70 @@ def two_runs(grader: Grader):
         grader.single_run = True
 
 
-def _one_run(grader: Grader, task: Task, files: dict[str, bytes]) -> bool:
-    """Whether a grade of `task` is one harness run (the variants of its harness request)."""
+@contextlib.contextmanager
+def harness_runs(spy):
+    """Every harness run of the block goes through `spy(real_run, harness, request, timeout)`."""
     from opd_gym.grading import launch
 
-    counts: list[int] = []
-    real = launch.run_harness
-
-    def counted(sandbox, request, timeout):
-        counts.append(len(request["variants"]))
-        return real(sandbox, request, timeout)
-
-    launch.run_harness = counted
+    real = launch.StartedHarness.run
+    launch.StartedHarness.run = lambda harness, request, timeout: spy(real, harness, request,
+                                                                      timeout)
     try:
-        grader.grade(task, files)
+        yield
     finally:
-        launch.run_harness = real
+        launch.StartedHarness.run = real
+
+
+def _one_run(grader: Grader, task: Task, files: dict[str, bytes]) -> bool:
+    """Whether a grade of `task` is one harness run (the variants of its harness request)."""
+    counts: list[int] = []
+
+    def counted(real, harness, request, timeout):
+        counts.append(len(request["variants"]))
+        return real(harness, request, timeout)
+
+    with harness_runs(counted):
+        grader.grade(task, files)
     return counts == [1]
 
 
 @contextlib.contextmanager
 def harness_time(into: list[float]):
-    """Append the wall seconds each harness run of the block takes (the sandbox's share of a
-    grade; the rest is the host's: the held rewrite, canaries, the verdict)."""
-    from opd_gym.grading import launch
-
-    real = launch.run_harness
-
-    def timed(sandbox, request, timeout):
+    """Append the wall seconds each harness run of the block takes, from its request to its
+    verdict (the sandbox's share of a grade; the rest is the host's: the held rewrite,
+    canaries, copying the files, the verdict, overlapping the harness's start-up)."""
+    def timed(real, harness, request, timeout):
         started = time.perf_counter()
         try:
-            return real(sandbox, request, timeout)
+            return real(harness, request, timeout)
         finally:
             into.append(time.perf_counter() - started)
 
-    launch.run_harness = timed
+    with harness_runs(timed):
+        yield
+
+
+@contextlib.contextmanager
+def cold_start():
+    """For the "cold" column: each harness starts when its request is ready, after the host's
+    work, as every grade did before `launch.StartedHarness` started it on acquiring."""
+    from opd_gym.grading import launch
+
+    real = launch.StartedHarness
+
+    class Cold(real):  # type: ignore[misc,valid-type]
+        def __init__(self, sandbox) -> None:  # the start is deferred to run
+            self.sandbox, self._exec = sandbox, None
+
+        def run(self, request, timeout):
+            real.__init__(self, self.sandbox)
+            return real.run(self, request, timeout)
+
+    launch.StartedHarness = Cold
     try:
         yield
     finally:
-        launch.run_harness = real
+        launch.StartedHarness = real
 
 
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
@@ -148,7 +176,7 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
     started = time.perf_counter()
     grader.calibration(task)
     calibrate = time.perf_counter() - started
-    grades, twice, plains, hosts = [], [], [], []
+    grades, twice, colds, plains, hosts = [], [], [], [], []
 
     def grade(into: list[float], host: list[float] | None = None) -> None:
         runs: list[float] = []
@@ -169,6 +197,8 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             grade(grades, hosts)
             with two_runs(grader):
                 grade(twice)
+            with cold_start():
+                grade(colds)
             code, wall, output = exec_pytest(name, args, env={"PYTHONPATH": HELPER_DIR})
             # a project's full suite may hold tests that fail on the gold tree too (they are
             # in neither FAIL_TO_PASS nor PASS_TO_PASS): exit 1 is a run, 2+ is not
@@ -177,33 +207,36 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             plains.append(wall)
     runs = 1 if grader.single_run and _one_run(grader, task, solved) else 2
     return {"runs": runs, "grade": statistics.median(grades), "twice": statistics.median(twice),
-            "plain": statistics.median(plains), "host": statistics.median(hosts),
+            "cold": statistics.median(colds), "plain": statistics.median(plains),
+            "host": statistics.median(hosts),
             "calibrate": calibrate}
 
 
 def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
     """Print one row per task; the rows."""
     print(f"\n{title}\n{'task':<28} {'runs':>4} {'grade s':>8} {'host s':>7} {'2 runs s':>8} "
-          f"{'plain s':>8} {'ratio':>6} {'2 runs':>6} {'calibrate s':>12}", flush=True)
+          f"{'cold s':>7} {'plain s':>8} {'ratio':>6} {'2 runs':>6} {'cold':>6} "
+          f"{'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
         print(f"{task.id:<28} {row['runs']:>4} {row['grade']:>8.3f} {row['host']:>7.3f} "
-              f"{row['twice']:>8.3f} "
-              f"{row['plain']:>8.3f} "
+              f"{row['twice']:>8.3f} {row['cold']:>7.3f} {row['plain']:>8.3f} "
               f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
-              f"{row['calibrate']:>12.2f}", flush=True)
+              f"{row['cold'] / row['plain']:>5.2f}x {row['calibrate']:>12.2f}", flush=True)
     return rows
 
 
 def summary(name: str, rows: list[dict[str, float]], rounds: int) -> str:
     ratios = [r["grade"] / r["plain"] for r in rows]
     twice = [r["twice"] / r["plain"] for r in rows]
+    cold = [r["cold"] / r["plain"] for r in rows]
     total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
     once = sum(r["runs"] == 1 for r in rows)
     return (f"{name}: median ratio {statistics.median(ratios):.2f}x (2 runs: "
-            f"{statistics.median(twice):.2f}x), max {max(ratios):.2f}x, graded in one run "
+            f"{statistics.median(twice):.2f}x, cold: {statistics.median(cold):.2f}x), "
+            f"max {max(ratios):.2f}x, graded in one run "
             f"{once} of {len(rows)}, summed grade / summed "
             f"plain {total:.2f}x, {len(rows)} tasks x {rounds} rounds")
 

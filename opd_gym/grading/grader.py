@@ -610,6 +610,31 @@ class Grader:
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
              probe: bool | str = False, calibration: Calibration | None = None,
              single: bool = False, probe_state: bool = False) -> tuple[Merged, list[str]]:
+        """`_run_in` a grading sandbox of the pool whose harness starts at once, so that its
+        start-up overlaps the host's work on the runs (`launch.StartedHarness`)."""
+        what = f"calibration ({calibrating}): " if calibrating else ""
+        try:
+            sandbox = self.sandboxes.acquire()
+        except SandboxError as exc:
+            raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
+        try:
+            try:
+                harness = launch.StartedHarness(sandbox)
+            except SandboxError as exc:
+                raise _Failed(reason=f"{what}{exc}", infra_error=True) from None
+            with harness:
+                return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
+                                    sentinels, count, held, probe, calibration, single,
+                                    probe_state)
+        finally:
+            self.sandboxes.release(sandbox)
+
+    def _run_in(self, sandbox: Sandbox, harness: launch.StartedHarness, task: Task,
+                keep: dict[str, bytes], canaries: CanarySet, calibrating: str = "",
+                sentinels: tuple[SentinelSite, ...] = (), count: int | None = None,
+                held: Mapping[str, tuple[int, ...]] | None = None, probe: bool | str = False,
+                calibration: Calibration | None = None, single: bool = False,
+                probe_state: bool = False) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
         _Failed before outcomes. With `once`, tests whose second run tells nothing run once
@@ -642,24 +667,17 @@ class Grader:
             once = run_once(canaries, variants.real_in, (), calibration.reference_ids,
                             calibration.invalid, runs)
             if set(variants.real_in) <= once[0] | once[1]:
-                return self._run(task, keep, canaries, calibrating, sentinels, count, held,
-                                 probe, calibration, single=True)
+                return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
+                                    sentinels, count, held, probe, calibration, single=True)
         if self.once and not single:
             variants = dataclasses.replace(variants, skip=run_once(
                 canaries, variants.real_in, sentinels,
                 calibration.reference_ids if calibration else (),
                 calibration.invalid if calibration else frozenset(), runs))
-        try:
-            sandbox = self.sandboxes.acquire()
-        except SandboxError as exc:
-            raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
-        try:
-            dropped = self._copy(sandbox, keep, what)
-            raw = self._harness(task, sandbox, paths, variants, what, doctests, placed,
-                                {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS,
-                                probe_state)
-        finally:
-            self.sandboxes.release(sandbox)
+        dropped = self._copy(sandbox, keep, what)
+        raw = self._harness(task, harness, paths, variants, what, doctests, placed,
+                            {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS,
+                            probe_state)
         try:
             data = parse_verdict(raw, SINGLE if single else VARIANTS)
         except VerdictError as exc:
@@ -693,8 +711,8 @@ class Grader:
                           infra_error=bool(what)) from None
         return dropped
 
-    def _harness(self, task: Task, sandbox: Sandbox, paths: list[str], variants: Variants,
-                 what: str, doctests: Mapping[str, str] | None = None,
+    def _harness(self, task: Task, harness: launch.StartedHarness, paths: list[str],
+                 variants: Variants, what: str, doctests: Mapping[str, str] | None = None,
                  placed: Placed = ((), ()), renamed: Mapping[str, str] | None = None,
                  count: int = VARIANTS, probe_state: bool = False) -> bytes:
         """The harness's raw verdict from the first `count` variants; `renamed`: {pytest's own
@@ -705,7 +723,8 @@ class Grader:
         if select is not None and renamed:
             select = [renamed.get(i, i) for i in select]
         request = launch.harness_request(
-            workspace=sandbox.workspace, uid=launch.agent_uid(sandbox), timeout=task.timeout,
+            workspace=harness.sandbox.workspace, uid=launch.agent_uid(harness.sandbox),
+            timeout=task.timeout,
             ini=task.pytest_ini, args=in_pytest_order(task, [*paths, *doctests]),
             variants=list(variants.files)[:count],
             select=select,  # only these run; the others are deselected
@@ -715,7 +734,7 @@ class Grader:
         )
         limit = count * task.timeout + HARNESS_MARGIN
         try:
-            return launch.run_harness(sandbox, request, limit)
+            return harness.run(request, limit)
         except SandboxTimeout:
             if what:
                 raise _Failed(reason=f"{what}the test run timed out", infra_error=True) from None

@@ -119,22 +119,50 @@ def agent_uid(sandbox: Sandbox) -> int | None:
 
 def run_harness(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> bytes:
     """The harness's stdout for `request`; SandboxTimeout past `timeout` seconds."""
-    if agent_uid(sandbox) is not None:
-        return _docker_exec(sandbox, request, timeout)
-    return _through_shell(sandbox, request, timeout)
+    with StartedHarness(sandbox) as harness:
+        return harness.run(request, timeout)
 
 
-def _docker_exec(sandbox: Any, request: dict[str, Any], timeout: float) -> bytes:
-    payload = json.dumps(request).encode("utf-8", "surrogatepass")
-    out, diagnostics, _ = sandbox.exec_with_input(
-        ["env", "-i", *HARNESS_ENV, "python3", "-P", "-s", "-c", harness_source()], payload,
-        user="0:0", workdir="/",
-        timeout=timeout, max_output=MAX_VERDICT_BYTES, what="the test run")
-    if len(out) > MAX_VERDICT_BYTES:
-        raise SandboxError("the grading harness's output is oversized")
-    if not out.strip():
-        raise SandboxError(f"the grading harness failed: {diagnostics[-1500:]}")
-    return out
+class StartedHarness:
+    """The harness started in `sandbox` before its request exists (Docker): its Python start
+    and pytest's import (`prewarm`) overlap the host's work on the grade (the held rewrite,
+    copying the files in) instead of following it. It reads nothing of the workspace before
+    the request, so files copied in after the start are what it grades. Elsewhere the
+    harness starts with its request (`run`). Close it when unused (a context manager)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+        self._exec: Any = None
+        if agent_uid(sandbox) is not None:
+            self._exec = sandbox.start_exec(  # type: ignore[attr-defined]
+                ["env", "-i", *HARNESS_ENV, "python3", "-P", "-s", "-c", harness_source()],
+                user="0:0", workdir="/", what="the test run")
+
+    def run(self, request: dict[str, Any], timeout: float) -> bytes:
+        """The harness's stdout for `request` (once); SandboxTimeout past `timeout` seconds."""
+        if self._exec is None:
+            return _through_shell(self.sandbox, request, timeout)
+        started, self._exec = self._exec, None
+        payload = json.dumps(request).encode("utf-8", "surrogatepass")
+        out, diagnostics, _ = started.finish(payload, timeout=timeout,
+                                             max_output=MAX_VERDICT_BYTES)
+        if len(out) > MAX_VERDICT_BYTES:
+            raise SandboxError("the grading harness's output is oversized")
+        if not out.strip():
+            raise SandboxError(f"the grading harness failed: {diagnostics[-1500:]}")
+        return out
+
+    def close(self) -> None:
+        """Drop a harness that got no request (it reads EOF and exits); idempotent."""
+        if self._exec is not None:
+            self._exec.close()
+            self._exec = None
+
+    def __enter__(self) -> StartedHarness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _through_shell(sandbox: Sandbox, request: dict[str, Any], timeout: float) -> bytes:

@@ -133,6 +133,46 @@ class DockerEngine:
             return False
 
 
+class StartedExec:
+    """A process started in a container whose stdin waits for its input (`start_exec`)."""
+
+    def __init__(self, sock: socket.socket, exec_id: str, what: str) -> None:
+        self.exec_id = exec_id
+        self.what = what
+        self._sock = sock
+        self._transport = DockerExecTransport(sock)
+
+    def finish(self, data: bytes, *, timeout: float, max_output: int) -> tuple[bytes, str, str]:
+        """Send `data` (then EOF) and read stdout until the process exits: (stdout, stderr
+        text, exec id); output past `max_output` is dropped. SandboxTimeout past `timeout`
+        seconds, SandboxDied when the stream breaks. The stream is closed either way."""
+        out = bytearray()
+        try:
+            view = memoryview(data)
+            for start in range(0, len(view), 1 << 20):
+                self._transport.send(bytes(view[start:start + (1 << 20)]))
+            self._sock.shutdown(socket.SHUT_WR)  # EOF on its stdin
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxTimeout(f"{self.what} did not finish within {timeout:.0f} s")
+                chunk = self._transport._read_some(min(left, 5.0))
+                if chunk == b"":
+                    break
+                if chunk and len(out) <= max_output:
+                    out += chunk[:max_output + 1 - len(out)]
+            return bytes(out), self._transport.diagnostics(), self.exec_id
+        except OSError as exc:
+            raise SandboxDied(f"the sandbox stopped during {self.what}: {exc}") from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Drop the stream unused (its process reads EOF); idempotent."""
+        self._transport.close()
+
+
 class DockerSandbox(HelperSandbox):
     """A sandbox in a fresh hardened container; closing it removes the container."""
 
@@ -263,6 +303,13 @@ class DockerSandbox(HelperSandbox):
         Raises SandboxDied when it cannot start or the stream breaks, SandboxTimeout past
         `timeout` seconds; `what` names the job in those messages.
         """
+        return self.start_exec(argv, user=user, workdir=workdir, what=what).finish(
+            data, timeout=timeout, max_output=max_output)
+
+    def start_exec(self, argv: list[str], *, user: str, workdir: str, what: str) -> StartedExec:
+        """Start `argv` in the container now, its stdin open: the process can get ready (a
+        Python start, its imports) while the caller prepares the input it will `finish` with.
+        SandboxDied when it cannot start."""
         from docker.errors import DockerException
 
         try:
@@ -273,29 +320,7 @@ class DockerSandbox(HelperSandbox):
                 raw = client.api.exec_start(exec_id, socket=True)
         except DockerException as exc:
             raise SandboxDied(f"could not start {what}: {exc}") from None
-        sock: socket.socket = getattr(raw, "_sock", raw)
-        transport = DockerExecTransport(sock)
-        out = bytearray()
-        try:
-            view = memoryview(data)
-            for start in range(0, len(view), 1 << 20):
-                transport.send(bytes(view[start:start + (1 << 20)]))
-            sock.shutdown(socket.SHUT_WR)  # EOF on its stdin
-            deadline = time.monotonic() + timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SandboxTimeout(f"{what} did not finish within {timeout:.0f} s")
-                chunk = transport._read_some(min(left, 5.0))
-                if chunk == b"":
-                    break
-                if chunk and len(out) <= max_output:
-                    out += chunk[:max_output + 1 - len(out)]
-            return bytes(out), transport.diagnostics(), exec_id
-        except OSError as exc:
-            raise SandboxDied(f"the sandbox stopped during {what}: {exc}") from None
-        finally:
-            transport.close()
+        return StartedExec(getattr(raw, "_sock", raw), exec_id, what)
 
     def _extract(self, archive: bytes, timeout: float) -> None:
         from docker.errors import DockerException

@@ -173,13 +173,13 @@ def harness_runs(monkeypatch) -> list[int]:
     from opd_gym.grading import launch
 
     runs: list[int] = []
-    real = launch.run_harness
+    real = launch.StartedHarness.run
 
-    def counted(sandbox, request, timeout):
+    def counted(harness, request, timeout):
         runs.append(len(request["variants"]))
-        return real(sandbox, request, timeout)
+        return real(harness, request, timeout)
 
-    monkeypatch.setattr(launch, "run_harness", counted)
+    monkeypatch.setattr(launch.StartedHarness, "run", counted)
     return runs
 
 
