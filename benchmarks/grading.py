@@ -150,7 +150,8 @@ def cold_start():
 
     class Cold(real):  # type: ignore[misc,valid-type]
         def __init__(self, sandbox) -> None:  # the start is deferred to run
-            self.sandbox, self._exec = sandbox, None
+            self.sandbox = sandbox
+            self._exec = None
 
         def run(self, request, timeout):
             real.__init__(self, self.sandbox)

@@ -133,6 +133,7 @@ class StartedHarness:
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
         self._exec: Any = None
+        self._ran = False
         if agent_uid(sandbox) is not None:
             self._exec = sandbox.start_exec(  # type: ignore[attr-defined]
                 ["env", "-i", *HARNESS_ENV, "python3", "-P", "-s", "-c", harness_source()],
@@ -140,6 +141,9 @@ class StartedHarness:
 
     def run(self, request: dict[str, Any], timeout: float) -> bytes:
         """The harness's stdout for `request` (once); SandboxTimeout past `timeout` seconds."""
+        if self._ran:
+            raise SandboxError("this harness has had its request (start another)")
+        self._ran = True
         if self._exec is None:
             return _through_shell(self.sandbox, request, timeout)
         started, self._exec = self._exec, None

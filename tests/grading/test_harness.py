@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from opd_gym.grading.launch import agent_uid, harness_request, run_harness, run_harness_here
+from opd_gym.sandboxes import SandboxError
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -636,6 +637,37 @@ def test_docker_timeout_kills_the_variant_and_its_programs(docker_box):
     assert variant["timed_out"] is True
     assert outcomes(variant) == {"tests/test_t.py::test_a": "passed"}
     left = docker_box.run("ps -eo uid=,args= | awk '$1 == 1000' | grep -c '[m]ain.py'").output
+    assert left.strip() == "0"
+
+
+@pytest.mark.docker
+def test_a_harness_started_before_the_files_grades_the_files_written_after(docker_box):
+    # the Grader starts the harness on acquiring its sandbox and copies the agent's files in
+    # while pytest is imported: what it grades is the workspace as it is at the request
+    from opd_gym.grading.launch import StartedHarness
+
+    tests = "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+    with StartedHarness(docker_box) as harness:
+        time.sleep(1.0)  # long enough for its start-up (pytest imported, the zygote forked)
+        docker_box.write_file("calc.py", "def add(a, b):\n    return a + b\n")
+        request = harness_request(docker_box.workspace, agent_uid(docker_box), 60,
+                                  [{"tests/test_t.py": tests}], None, ["tests"])
+        verdict = json.loads(harness.run(request, 90).splitlines()[-1])
+        with pytest.raises(SandboxError, match="had its request"):
+            harness.run(request, 90)  # one request per start
+    assert outcomes(verdict["variants"][0]) == {"tests/test_t.py::test_add": "passed"}
+    # one started and dropped unused exits on the EOF it reads, leaving no process behind
+    dropped = StartedHarness(docker_box)
+    time.sleep(0.5)
+    assert docker_box.run("ps -eo args= | grep -c '[o]pd_gym grading harness'").output.strip() \
+        != "0"  # it runs, waiting for its request
+    dropped.close()
+    deadline = time.monotonic() + 20
+    while True:
+        left = docker_box.run("ps -eo args= | grep -c '[o]pd_gym grading harness'").output
+        if left.strip() == "0" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert left.strip() == "0"
 
 
