@@ -20,8 +20,9 @@ same). Rounds are interleaved task by task so that machine noise hits all sides 
 task is calibrated once first (a Grader does that once per task; its cost is shown apart).
 The column "host s" is the part of a grade spent outside the sandbox's harness run, from its
 request to its verdict (the held rewrite of the tests, canaries, copying the files, reading
-the verdict; the harness's own start-up runs beside it). The column "cold" grades the same
-files with the harness started only once its request is ready, after the host's work (as
+the verdict). A grade takes a grading sandbox whose harness already waits, pytest imported
+(the pool's `with_prepared` sandboxes), where one is ready. The column "cold" grades the same
+files with neither: the harness starts once its request is ready, after the host's work (as
 every grade did before `launch.StartedHarness`).
 
     python benchmarks/grading.py [--rounds 3] [--tasks bank_account,cli_args] [--repo 1]
@@ -142,26 +143,30 @@ def harness_time(into: list[float]):
 
 @contextlib.contextmanager
 def cold_start():
-    """For the "cold" column: each harness starts when its request is ready, after the host's
-    work, as every grade did before `launch.StartedHarness` started it on acquiring."""
+    """For the "cold" column: no warm harness is taken from the pool, and each harness starts
+    when its request is ready, after the host's work (every grade before this column)."""
     from opd_gym.grading import launch
+    from opd_gym.sandboxes import SandboxPool
 
-    real = launch.StartedHarness
+    real, take = launch.StartedHarness, SandboxPool.take_prepared
 
     class Cold(real):  # type: ignore[misc,valid-type]
         def __init__(self, sandbox) -> None:  # the start is deferred to run
             self.sandbox = sandbox
             self._exec = None
+            self._ran = False
 
         def run(self, request, timeout):
             real.__init__(self, self.sandbox)
             return real.run(self, request, timeout)
 
     launch.StartedHarness = Cold
+    SandboxPool.take_prepared = lambda pool: None
     try:
         yield
     finally:
         launch.StartedHarness = real
+        SandboxPool.take_prepared = take
 
 
 def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
@@ -181,7 +186,8 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
 
     def grade(into: list[float], host: list[float] | None = None) -> None:
         runs: list[float] = []
-        started = time.perf_counter()
+        grader.sandboxes.wait_ready()  # every side starts from a full pool, as plain pytest's
+        started = time.perf_counter()  # container is started beforehand
         with harness_time(runs):
             report = grader.grade(task, solved)
         into.append(time.perf_counter() - started)

@@ -91,6 +91,7 @@ from opd_gym.sandboxes import (
     Sandbox,
     SandboxDied,
     SandboxError,
+    SandboxPool,
     SandboxTimeout,
 )
 from opd_gym.tasks.model import Task
@@ -104,6 +105,7 @@ HUNG_CANARY_RETRIES = 3  # calibration re-runs after dropping canaries that hung
 LEAK_ROUNDS = 8  # calibration re-runs after dropping canaries whose failure failed later tests
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
+GRADING_HARNESS = "grading harness"  # the pool's warm grading sandboxes (with_prepared)
 SENTINEL_CANDIDATES = 8  # sites (tests apart) calibration checks for grades to draw from
 
 
@@ -610,24 +612,41 @@ class Grader:
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
              probe: bool | str = False, calibration: Calibration | None = None,
              single: bool = False, probe_state: bool = False) -> tuple[Merged, list[str]]:
-        """`_run_in` a grading sandbox of the pool whose harness starts at once, so that its
-        start-up overlaps the host's work on the runs (`launch.StartedHarness`)."""
+        """`_run_in` a grading sandbox whose harness has started (`_sandbox`)."""
         what = f"calibration ({calibrating}): " if calibrating else ""
+        sandbox, harness = self._sandbox(what)
         try:
-            sandbox = self.sandboxes.acquire()
-        except SandboxError as exc:
-            raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
-        try:
-            try:
-                harness = launch.StartedHarness(sandbox)
-            except SandboxError as exc:
-                raise _Failed(reason=f"{what}{exc}", infra_error=True) from None
             with harness:
                 return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
                                     sentinels, count, held, probe, calibration, single,
                                     probe_state)
         finally:
             self.sandboxes.release(sandbox)
+
+    def _sandbox(self, what: str) -> tuple[Sandbox, launch.StartedHarness]:
+        """A grading sandbox and its harness, started before the request exists: taken warm
+        from the pool's harness pool (`SandboxPool.with_prepared`: Python's start and pytest's
+        import already done) where one is ready, else acquired with the harness started now,
+        its start-up overlapping the host's work on the runs (`launch.StartedHarness`)."""
+        if isinstance(self.sandboxes, SandboxPool):
+            try:
+                taken = self.sandboxes.with_prepared(
+                    GRADING_HARNESS, launch.StartedHarness).take_prepared()
+            except SandboxError:
+                taken = None
+            if taken is not None and isinstance(taken[1], launch.StartedHarness):
+                return taken[0], taken[1]
+            if taken is not None:
+                self.sandboxes.release(taken[0])
+        try:
+            sandbox = self.sandboxes.acquire()
+        except SandboxError as exc:
+            raise _Failed(reason=f"{what}no grading sandbox: {exc}", infra_error=True) from None
+        try:
+            return sandbox, launch.StartedHarness(sandbox)
+        except SandboxError as exc:
+            self.sandboxes.release(sandbox)
+            raise _Failed(reason=f"{what}{exc}", infra_error=True) from None
 
     def _run_in(self, sandbox: Sandbox, harness: launch.StartedHarness, task: Task,
                 keep: dict[str, bytes], canaries: CanarySet, calibrating: str = "",

@@ -7,13 +7,23 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from opd_gym.errors import ConfigError
 from opd_gym.sandboxes.base import Sandbox, SandboxError, SandboxTimeout
 
 
+class Prepared(Protocol):
+    """What a pool's `prepare` made in a sandbox (a process waiting there): closed unused."""
+
+    def close(self) -> None: ...
+
+
 class SandboxPool:
-    """Keeps `size` started sandboxes ready; sandboxes are single-use and closed on release."""
+    """Keeps `size` started sandboxes ready; sandboxes are single-use and closed on release.
+
+    With `prepare`, each sandbox also gets it run once started, in the background, and
+    `take_prepared` hands out the two together (see `with_prepared`)."""
 
     def __init__(
         self,
@@ -23,13 +33,17 @@ class SandboxPool:
         workers: int = 2,
         acquire_timeout: float = 120.0,
         factory_for_image: Callable[[str], Callable[[], Sandbox]] | None = None,
+        prepare: Callable[[Sandbox], Prepared] | None = None,
     ) -> None:
         if size < 0:
             raise ConfigError("pool size must be >= 0")
         self.factory = factory
         self.factory_for_image = factory_for_image
+        self.prepare = prepare
         self._workers = workers
         self._by_image: dict[str, SandboxPool] = {}
+        self._by_preparation: dict[str, SandboxPool] = {}
+        self._prepared: dict[int, Prepared] = {}  # id(ready sandbox): what prepare made
         self.size = size
         self.acquire_timeout = acquire_timeout
         self._ready: queue.Queue[Sandbox] = queue.Queue()
@@ -58,10 +72,12 @@ class SandboxPool:
         future.add_done_callback(self._pending.discard)
 
     def _start_one(self) -> None:
-        sandbox = None
+        sandbox = prepared = None
         try:
             sandbox = self.factory()
             sandbox.start()
+            if self.prepare is not None:
+                prepared = self.prepare(sandbox)
         except BaseException as exc:  # reported to the next acquire, never lost
             self._last_error = exc
             if sandbox is not None:
@@ -71,11 +87,13 @@ class SandboxPool:
             return
         with self._lock:
             self._in_flight -= 1
-            if self._closed:
-                sandbox.close()
+            if not self._closed:
+                self._last_error = None
+                if prepared is not None:
+                    self._prepared[id(sandbox)] = prepared
+                self._ready.put(sandbox)
                 return
-            self._last_error = None
-            self._ready.put(sandbox)
+        _dispose(sandbox, prepared)
 
     # -- hand-out --------------------------------------------------------------------------
     def acquire(self, timeout: float | None = None) -> Sandbox:
@@ -102,9 +120,32 @@ class SandboxPool:
                     raise SandboxTimeout("no sandbox became ready in time") from None
                 continue
             self._refill()
+            prepared = self._take(sandbox)
+            if prepared is not None:
+                prepared.close()  # handed out plain: what prepare made goes unused
             if sandbox.alive:
                 return sandbox
             self._executor.submit(sandbox.close)
+
+    def take_prepared(self) -> tuple[Sandbox, Prepared | None] | None:
+        """A ready, live sandbox with what `prepare` made in it, or None when no sandbox is
+        ready now (this never waits: the caller falls back to `acquire`)."""
+        while not self._closed:
+            try:
+                sandbox = self._ready.get_nowait()
+            except queue.Empty:
+                self._refill()
+                return None
+            self._refill()
+            prepared = self._take(sandbox)
+            if sandbox.alive:
+                return sandbox, prepared
+            self._executor.submit(_dispose, sandbox, prepared)
+        return None
+
+    def _take(self, sandbox: Sandbox) -> Prepared | None:
+        with self._lock:
+            return self._prepared.pop(id(sandbox), None)
 
     def release(self, sandbox: Sandbox) -> None:
         """Dispose of a used sandbox in the background (it is never handed out again)."""
@@ -129,6 +170,36 @@ class SandboxPool:
                 self._by_image[image] = pool
             return pool
 
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Wait until this pool and the pools it made hold their `size` ready sandboxes (a
+        benchmark's fair start); whether they did within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pools = [self, *self._by_image.values(), *self._by_preparation.values()]
+        for pool in pools:
+            pool._refill()
+            while pool._ready.qsize() < pool.size and not pool._closed:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.02)
+        return True
+
+    def with_prepared(self, name: str, prepare: Callable[[Sandbox], Prepared],
+                      size: int = 1) -> SandboxPool:
+        """A warm pool like this one (its factory, so its image) whose sandboxes each get
+        `prepare` run once started (made on first use under `name`, kept and closed with this
+        pool): a grader's harness waiting in a grading sandbox, say. Its size is at most this
+        pool's: a pool that keeps none ready makes none."""
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox pool is closed")
+            pool = self._by_preparation.get(name)
+            if pool is None:
+                pool = SandboxPool(self.factory, min(size, self.size), workers=self._workers,
+                                   acquire_timeout=self.acquire_timeout, prepare=prepare)
+                self._by_preparation[name] = pool
+            return pool
+
     # -- shutdown --------------------------------------------------------------------------
     def close(self) -> None:
         """Close every ready sandbox and wait for background work; idempotent."""
@@ -136,7 +207,7 @@ class SandboxPool:
             if self._closed:
                 return
             self._closed = True
-            children = list(self._by_image.values())
+            children = [*self._by_image.values(), *self._by_preparation.values()]
         for child in children:
             child.close()
         for future in list(self._pending):
@@ -146,9 +217,10 @@ class SandboxPool:
                 pass
         while True:
             try:
-                self._ready.get_nowait().close()
+                sandbox = self._ready.get_nowait()
             except queue.Empty:
                 break
+            _dispose(sandbox, self._take(sandbox))
         self._executor.shutdown(wait=True)
 
     def __enter__(self) -> SandboxPool:
@@ -162,3 +234,12 @@ class SandboxPool:
             self.close()
         except Exception:
             pass
+
+
+def _dispose(sandbox: Sandbox, prepared: Prepared | None) -> None:
+    """Close what prepare made, then its sandbox."""
+    try:
+        if prepared is not None:
+            prepared.close()
+    finally:
+        sandbox.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 
@@ -1009,6 +1010,42 @@ def test_builtin_tasks_earn_the_same_tests_under_every_secret(docker_graders):
         if not all(c.calibrated for c in mine) or len(earning) != 1 or not mine[0].earning:
             problems.append((task.id, [sorted(e) for e in earning]))
     assert not problems, problems
+
+
+@pytest.mark.docker
+def test_a_grade_takes_a_sandbox_whose_harness_already_waits(docker_graders, toy_task,
+                                                             monkeypatch):
+    """The pool's grading sandboxes come with the harness started (pytest imported) before any
+    grade asks; where none is ready, the grade acquires a plain one and starts it there."""
+    from opd_gym.grading import launch
+
+    grader = docker_graders[0]
+    right = {"calc.py": toy_task.solution["calc.py"].encode()}
+    grader.calibration(toy_task)
+    started_here: list[launch.StartedHarness] = []
+    ran: list[launch.StartedHarness] = []
+    real_init, real_run = launch.StartedHarness.__init__, launch.StartedHarness.run
+
+    def init(harness, sandbox):
+        if threading.current_thread() is threading.main_thread():
+            started_here.append(harness)
+        real_init(harness, sandbox)
+
+    def run(harness, request, timeout):
+        ran.append(harness)
+        return real_run(harness, request, timeout)
+
+    monkeypatch.setattr(launch.StartedHarness, "__init__", init)
+    monkeypatch.setattr(launch.StartedHarness, "run", run)
+    assert grader.sandboxes.wait_ready(120)
+    report = grader.grade(toy_task, right)
+    assert report.score == 1.0, report
+    assert len(ran) == 1 and started_here == []  # warm: started in the pool's background
+    assert ran[0]._ran and ran[0]._exec is None  # the request went to the harness in Docker
+    # none ready (taking is turned off): acquired plain, the harness started by the grade
+    monkeypatch.setattr(type(grader.sandboxes), "take_prepared", lambda pool: None)
+    wrong = grader.grade(toy_task, {"calc.py": b"def add(a, b):\n    return a + b + 1\n"})
+    assert wrong.score == 0.0 and len(started_here) == 1 and ran[-1] is started_here[0]
 
 
 @pytest.mark.docker
