@@ -175,14 +175,14 @@ class SandboxPool:
         benchmark's fair start); whether they did within `timeout` seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            pools = [self, *self._by_image.values(), *self._by_preparation.values()]
-        for pool in pools:
-            pool._refill()
-            while pool._ready.qsize() < pool.size and not pool._closed:
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.02)
-        return True
+            children = [*self._by_image.values(), *self._by_preparation.values()]
+        self._refill()
+        while self._ready.qsize() < self.size and not self._closed:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return all(child.wait_ready(max(deadline - time.monotonic(), 0.0))
+                   for child in children)
 
     def with_prepared(self, name: str, prepare: Callable[[Sandbox], Prepared],
                       size: int = 1) -> SandboxPool:
