@@ -13,12 +13,14 @@ each graded on its gold fix with every passing test as PASS_TO_PASS, against pla
 the project's FULL suite (no ids: the project's own config, as a user runs it).
 
 The column "runs" says how many runs a grade of the task takes (1: no test's second run is
-judged, every canary being held, invalid or absent). Beside each grade, the column "2 runs"
-grades the same files with `Grader(single_run=False)`: both variants always (what every grade
-cost before one-run grading; where the grade takes 2 runs anyway the two columns do the
-same). Rounds are interleaved task by task so that machine noise hits all sides alike; each
-task is calibrated once first (a Grader does that once per task; its cost is shown apart).
-The column "host s" is the part of a grade spent outside the sandbox's harness run, from its
+judged, every canary being held, invalid or absent; "1+s": the second run holds only the share
+s of the tests, those whose second run is judged and those sentinels are cloned from). Beside
+each grade, the column "2 runs" grades the same files with `Grader(single_run=False)`: both
+variants of every test always (what every grade cost before one-run grading; where the grade
+takes 2 runs anyway the two columns do the same). Rounds are interleaved task by task so that
+machine noise hits all sides alike; each task is calibrated once first (a Grader does that
+once per task; its cost is shown apart, the partial second run's two checks included). The
+column "host s" is the part of a grade spent outside the sandbox's harness run, from its
 request to its verdict (the held rewrite of the tests, canaries, copying the files, reading
 the verdict). A grade takes a grading sandbox whose harness already waits, pytest imported
 (the pool's `with_prepared` sandboxes), where one is ready. The column "cold" grades the same
@@ -38,6 +40,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from opd_gym.grading import Grader
 from opd_gym.sandboxes import make_pool
@@ -112,17 +115,24 @@ def harness_runs(spy):
         launch.StartedHarness.run = real
 
 
-def _one_run(grader: Grader, task: Task, files: dict[str, bytes]) -> bool:
-    """Whether a grade of `task` is one harness run (the variants of its harness request)."""
-    counts: list[int] = []
+def _runs(grader: Grader, task: Task, files: dict[str, bytes]) -> str:
+    """The runs a grade of `task` takes: "1", "2", or "1+s" where the second run holds only
+    the share s of the tests (a partial second run: `Calibration.second`)."""
+    requests: list[dict] = []
 
-    def counted(real, harness, request, timeout):
-        counts.append(len(request["variants"]))
+    def seen(real, harness, request, timeout):
+        requests.append(request)
         return real(harness, request, timeout)
 
-    with harness_runs(counted):
+    with harness_runs(seen):
         grader.grade(task, files)
-    return counts == [1]
+    variants = requests[-1]["variants"]
+    if len(variants) == 1:
+        return "1"
+    skipped = len(variants[1].get("skip") or ())
+    if not skipped:
+        return "2"
+    return f"1+{1 - skipped / len(grader.calibration(task).canaries.tests):.2f}"
 
 
 @contextlib.contextmanager
@@ -169,7 +179,7 @@ def cold_start():
         SandboxPool.take_prepared = take
 
 
-def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
+def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, Any]:
     """Median wall seconds of grade, of grade in two runs, and of plain pytest on
     `task` (a repository task: its project's whole suite), the host's share of a grade
     (outside the harness run), and the calibration cost."""
@@ -212,39 +222,40 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, float]:
             if code not in ((0, 1) if task.repo is not None else (0,)):
                 raise SystemExit(f"{task.id}: plain pytest failed (exit {code}):\n{output}")
             plains.append(wall)
-    runs = 1 if grader.single_run and _one_run(grader, task, solved) else 2
-    return {"runs": runs, "grade": statistics.median(grades), "twice": statistics.median(twice),
+    return {"runs": _runs(grader, task, solved), "grade": statistics.median(grades),
+            "twice": statistics.median(twice),
             "cold": statistics.median(colds), "plain": statistics.median(plains),
             "host": statistics.median(hosts),
             "calibrate": calibrate}
 
 
-def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, float]]:
+def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, Any]]:
     """Print one row per task; the rows."""
-    print(f"\n{title}\n{'task':<28} {'runs':>4} {'grade s':>8} {'host s':>7} {'2 runs s':>8} "
+    print(f"\n{title}\n{'task':<28} {'runs':>6} {'grade s':>8} {'host s':>7} {'2 runs s':>8} "
           f"{'cold s':>7} {'plain s':>8} {'ratio':>6} {'2 runs':>6} {'cold':>6} "
           f"{'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
-        print(f"{task.id:<28} {row['runs']:>4} {row['grade']:>8.3f} {row['host']:>7.3f} "
+        print(f"{task.id:<28} {row['runs']:>6} {row['grade']:>8.3f} {row['host']:>7.3f} "
               f"{row['twice']:>8.3f} {row['cold']:>7.3f} {row['plain']:>8.3f} "
               f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
               f"{row['cold'] / row['plain']:>5.2f}x {row['calibrate']:>12.2f}", flush=True)
     return rows
 
 
-def summary(name: str, rows: list[dict[str, float]], rounds: int) -> str:
+def summary(name: str, rows: list[dict[str, Any]], rounds: int) -> str:
     ratios = [r["grade"] / r["plain"] for r in rows]
     twice = [r["twice"] / r["plain"] for r in rows]
     cold = [r["cold"] / r["plain"] for r in rows]
     total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
-    once = sum(r["runs"] == 1 for r in rows)
+    once = sum(r["runs"] == "1" for r in rows)
+    partial = sum(r["runs"].startswith("1+") for r in rows)
     return (f"{name}: median ratio {statistics.median(ratios):.2f}x (2 runs: "
             f"{statistics.median(twice):.2f}x, cold: {statistics.median(cold):.2f}x), "
             f"max {max(ratios):.2f}x, graded in one run "
-            f"{once} of {len(rows)}, summed grade / summed "
+            f"{once} of {len(rows)}, with a partial second run {partial}, summed grade / summed "
             f"plain {total:.2f}x, {len(rows)} tasks x {rounds} rounds")
 
 

@@ -1950,17 +1950,21 @@ def module_names(paths: Iterable[str]) -> frozenset[str]:
 Edits = dict[str, list[tuple[int, int, str]]]  # per file path: byte-span edits of its text
 
 
-def variant_edits(canaries: CanarySet, rng: random.Random | None = None
+def variant_edits(canaries: CanarySet, rng: random.Random | None = None,
+                  fixed: Mapping[str, int] | None = None
                   ) -> tuple[tuple[Edits, Edits], dict[str, int]]:
     """The edits of each of the two variants and `real_in`: per canaried test, the real test
     in one, its canary in the other, chosen by `rng` (default: the OS's randomness, which
-    nothing in a sandbox sees). Edits a canary asks of the real variant too (parametrize ids)
-    go into the real one."""
+    nothing in a sandbox sees), except where `fixed` names the variant (tests that run in
+    that variant only, or a calibration's layout). Edits a canary asks of the real variant
+    too (parametrize ids) go into the real one."""
     rng = rng or random.SystemRandom()
+    fixed = fixed or {}
     real_in: dict[str, int] = {}
     edits: tuple[Edits, Edits] = ({}, {})
     for test_id in canaries.tests:
-        real_in[test_id] = rng.randrange(2)
+        drawn = rng.randrange(2)  # drawn for every test alike: `fixed` leaves the others' draws
+        real_in[test_id] = fixed.get(test_id, drawn)
         canary = canaries.canaries.get(test_id)
         if canary is not None:
             edits[1 - real_in[test_id]].setdefault(canary.path, []).extend(canary.edits)

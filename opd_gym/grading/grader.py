@@ -161,9 +161,9 @@ def solution_modules(task: Task) -> frozenset[str]:
 
 
 # The stored calibrations' format: bumped when Calibration's fields or the rules deciding them
-# change (in_process: 2), so a store written by an older version is calibrated again, not read
-# with a new field at its default.
-CALIBRATION_FORMAT = 2
+# change (in_process: 2; second: 3), so a store written by an older version is calibrated
+# again, not read with a new field at its default.
+CALIBRATION_FORMAT = 3
 
 
 def runs_in_process(task: Task) -> bool:
@@ -451,12 +451,58 @@ class Grader:
                     break
                 held = {t: s for t, s in held.items() if t not in unheld}
                 computed = {t: s for t, s in computed.items() if t in held}
-        return Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
+        done = Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
                            sentinels=_checked(candidates, (starter_run, null_run, ref_run)),
                            held=held, computed=computed,
                            in_process=self.hold and runs_in_process(task))
+        return dataclasses.replace(done, second=self._second(task, reference, done, ref_run))
+
+    def _second(self, task: Task, reference: dict[str, bytes], calibration: Calibration,
+                ref_run: Merged) -> frozenset[str] | None:
+        """The tests a grade's second run must hold (`Calibration.second`), or None where
+        every test runs in both: those whose second run is judged (once.py's rule: a valid
+        canary that is not held) and those a sentinel may be cloned from. The rest then run
+        once, real, in the first run, which holds every test in pytest's order as plain
+        pytest does; the second holds only these.
+
+        Vouched for by two reference runs in that layout, all these real in the second run,
+        then all in the first (a test handing state to a later one that the second run no
+        longer holds shows there): every real outcome must be the reference's, no canary
+        outside `invalid` may pass, no sentinel pass with its test. Anything else, a run
+        that fails included, keeps every test in both runs."""
+        variants, _ = build_runs(hidden_files(task), calibration.canaries, (), 0)
+        runs = held_sites.rewrite(variants.files, calibration.held, ((), ()),
+                                  solution=solution_modules(task),
+                                  computed=calibration.computed) if calibration.held else None
+        tests = frozenset(variants.real_in)
+        judged = run_once(calibration.canaries, variants.real_in, (), calibration.reference_ids,
+                          calibration.invalid, runs)
+        once = run_once(calibration.canaries, variants.real_in, calibration.sentinels,
+                        calibration.reference_ids, calibration.invalid, runs)
+        need = tests - once[0] - once[1]
+        if not tests - judged[0] - judged[1] or need == tests:
+            return None  # one run anyway (a grade's own rule), or nothing to leave out
+        first = dict.fromkeys(tests - need, 0)
+        for layout in (1, 0):
+            try:
+                run, _ = self._run(task, reference, calibration.canaries,
+                                   calibrating="the reference solution, second run partial",
+                                   sentinels=calibration.sentinels,
+                                   count=len(calibration.sentinels), held=calibration.held,
+                                   calibration=calibration, second=need,
+                                   fixed={**first, **dict.fromkeys(need, layout)})
+            except _Failed:
+                return None
+            if run.reason or run.timed_out or any(
+                    (run.real.get(i, ("missing", ""))[0] in PASSING) != (o in PASSING)
+                    for i, (o, _) in ref_run.real.items()) or any(
+                    o in PASSING and i not in calibration.invalid
+                    for i, o in run.canary.items()) or any(
+                    t in PASSING and c in PASSING for _, _, t, c in run.sentinel_pairs):
+                return None
+        return need
 
     def _reference_run(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
                        what: str, sentinels: tuple[SentinelSite, ...] = (),
@@ -611,7 +657,9 @@ class Grader:
              calibrating: str = "", sentinels: tuple[SentinelSite, ...] = (),
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
              probe: bool | str = False, calibration: Calibration | None = None,
-             single: bool = False, probe_state: bool = False) -> tuple[Merged, list[str]]:
+             single: bool = False, probe_state: bool = False,
+             second: frozenset[str] | None = None, fixed: Mapping[str, int] | None = None
+             ) -> tuple[Merged, list[str]]:
         """`_run_in` a grading sandbox whose harness has started (`_sandbox`)."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         sandbox, harness = self._sandbox(what)
@@ -619,7 +667,7 @@ class Grader:
             with harness:
                 return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
                                     sentinels, count, held, probe, calibration, single,
-                                    probe_state)
+                                    probe_state, second, fixed)
         finally:
             self.sandboxes.release(sandbox)
 
@@ -653,13 +701,21 @@ class Grader:
                 sentinels: tuple[SentinelSite, ...] = (), count: int | None = None,
                 held: Mapping[str, tuple[int, ...]] | None = None, probe: bool | str = False,
                 calibration: Calibration | None = None, single: bool = False,
-                probe_state: bool = False) -> tuple[Merged, list[str]]:
+                probe_state: bool = False, second: frozenset[str] | None = None,
+                fixed: Mapping[str, int] | None = None) -> tuple[Merged, list[str]]:
         """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
         and the `held` sites held by the host (`probe`: only their values reported), merged;
         _Failed before outcomes. With `once`, tests whose second run tells nothing run once
         (once.py; given the task's `calibration`, a grade, also those with an invalid or held
         canary). `single`: one run instead, every test real (no canary), the sentinels in it.
-        `probe_state`: each test's entry carries a digest of the state it left changed."""
+        `probe_state`: each test's entry carries a digest of the state it left changed.
+
+        A partial second run (a grade given a `calibration` whose `second` is set, or
+        `second` given): the second variant holds only the tests of `second`, the others run
+        real in the first only (`fixed` places real tests; a grade fixes those outside
+        `second` in the first and draws the rest). Those others are judged by the first run
+        alone, as in a one-run grade: by the host's held values, or their real outcome where
+        no canary of theirs is judged (none, or one the reference passes)."""
         what = f"calibration ({calibrating}): " if calibrating else ""
         paths = test_paths(task)
         doctests = doctest_sources(task)
@@ -668,8 +724,15 @@ class Grader:
         # Doctest sources are never laid over the workspace: they go to the harness apart.
         if single:
             canaries = CanarySet({}, canaries.tests)
+        if second is None and calibration is not None and calibration.second is not None \
+                and self.single_run and not self.once and not single:  # a grade's layout
+            second = calibration.second
+            fixed = {t: 0 for t in canaries.tests if t not in second}
         variants, placed = build_runs(hidden_files(task, doctests), canaries, sentinels,
-                                      SENTINELS if count is None else count)
+                                      SENTINELS if count is None else count, fixed=fixed)
+        if second is not None:
+            variants = dataclasses.replace(variants, skip=(
+                frozenset(), frozenset(variants.real_in) - second))
         if single:  # run 0 alone; run 1 mirrors it for the code that reads two
             variants = Variants((variants.files[0], variants.files[0]),
                                 dict.fromkeys(variants.real_in, 0))
@@ -678,17 +741,18 @@ class Grader:
         if held:
             runs = held_sites.rewrite(
                 variants.files, held, placed, probe=probe, solution=solution_modules(task),
-                computed=calibration.computed if calibration is not None else None)
-            variants = Variants(runs.files, variants.real_in)
+                computed=calibration.computed if calibration is not None else None,
+                second=second)
+            variants = Variants(runs.files, variants.real_in, variants.skip)
         ids = dict(runs.ids) if runs is not None else {}
-        if calibration is not None and self.single_run and not single:
+        if calibration is not None and self.single_run and not single and second is None:
             # one run where the second judges nothing (once.py's rule, for every test)
             once = run_once(canaries, variants.real_in, (), calibration.reference_ids,
                             calibration.invalid, runs)
             if set(variants.real_in) <= once[0] | once[1]:
                 return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
                                     sentinels, count, held, probe, calibration, single=True)
-        if self.once and not single:
+        if self.once and not single and second is None:
             variants = dataclasses.replace(variants, skip=run_once(
                 canaries, variants.real_in, sentinels,
                 calibration.reference_ids if calibration else (),

@@ -427,17 +427,19 @@ Placed = tuple[tuple[Sentinel, ...], tuple[Sentinel, ...]]  # the clones each va
 
 
 def build_runs(sources: Mapping[str, str], canaries: CanarySet, sites: Sequence[SentinelSite],
-               count: int, rng: random.Random | None = None) -> tuple[Variants, Placed]:
-    """The two variants of `sources` (`canary.variant_edits`) with sentinels: up to `count`
-    of `sites` (tests apart), each cloned in BOTH variants from that variant's own text; and
-    the sentinels each variant holds.
+               count: int, rng: random.Random | None = None,
+               fixed: Mapping[str, int] | None = None) -> tuple[Variants, Placed]:
+    """The two variants of `sources` (`canary.variant_edits`; `fixed`: tests whose real test
+    goes into the variant it names) with sentinels: up to `count` of `sites` (tests apart),
+    each cloned in BOTH variants from that variant's own text; and the sentinels each variant
+    holds.
 
     Which sites is drawn before and apart from which variant holds which real test; a site
     whose clone cannot be made in one variant is left out of both, so a clone's presence
     never tells a run which tests it holds for real. `rng` defaults to the OS's randomness.
     """
     rng = rng or random.SystemRandom()
-    edits, real_in = variant_edits(canaries, rng)
+    edits, real_in = variant_edits(canaries, rng, fixed)
 
     def usable(site: SentinelSite) -> bool:
         canary = canaries.canaries.get(site.test_id)

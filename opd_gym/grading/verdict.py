@@ -355,7 +355,9 @@ class Calibration:
     expected value the host holds (held.py; the Grader holds them unless `hold=False`);
     `in_process`: the solution runs in pytest's process (`in_process.imports_any`) and the
     Grader holds expectations, so a task that holds none of its earning tests needs at least
-    MIN_UNHELD_EARNING of them (`too_few_unheld`).
+    MIN_UNHELD_EARNING of them (`too_few_unheld`); `second`: the base ids a grade's second run
+    holds (those whose second run is judged, sentinels' tests among them: grader.py's partial
+    second run), validated with the reference in that layout; None: every test runs twice.
     """
 
     canaries: CanarySet
@@ -375,6 +377,7 @@ class Calibration:
     # computed there, per test and site
     computed: Mapping[str, Mapping[int, Recorded]] | None = None
     in_process: bool = False
+    second: frozenset[str] | None = None
 
     @property
     def earning(self) -> frozenset[str]:

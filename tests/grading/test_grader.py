@@ -1187,3 +1187,89 @@ def test_a_reference_value_of_a_subclass_keeping_its_bases_semantics_is_held(gra
     failed = {t.name for t in wrong.tests if t.outcome == "failed"}
     assert failed == {"test_calc::test_span"}, wrong.tests
     assert all(t.message.startswith(HELD_FAILED) for t in wrong.tests if t.outcome == "failed")
+
+
+def _partial_task(make_task, task_id: str, state: bool = False):
+    """Twelve held earning tests, a test with no assertion (no canary: it runs once) and one
+    gate the host cannot hold (`mul(2, 3) > 5`, a valid canary), so the gate's second run is
+    judged; with `state`, the gate reads what the test with no assertion left in the module
+    (a suite handing state from test to test)."""
+    mul = "def mul(a, b):\n    return a * b\n"
+    first = "\n\ndef test_prepare():\n    STATE['sum'] = add(1, 1)\n"
+    held = "".join(f"\n\ndef test_add_{i}():\n    assert add({i}, {i + 1}) == {2 * i + 1}\n"
+                   for i in range(12))
+    gate = "\n\ndef test_mul():\n" + ("    assert STATE['sum']\n" if state else "") \
+        + "    assert mul(2, 3) > 5\n"
+    return make_task(
+        task_id, files={"calc.py": "def add(a, b):\n    raise NotImplementedError\n\n\n" + mul},
+        tests={"test_calc.py": "from calc import add, mul\n\nSTATE = {}\n" + first + held
+               + gate},
+        solution={"calc.py": "def add(a, b):\n    return a + b\n\n\n" + mul})
+
+
+@pytest.fixture
+def harness_requests(monkeypatch) -> list[dict]:
+    """Every harness request, in order (a spy: the real harness runs)."""
+    from opd_gym.grading import launch
+
+    requests: list[dict] = []
+    real = launch.StartedHarness.run
+
+    def spied(harness, request, timeout):
+        requests.append(request)
+        return real(harness, request, timeout)
+
+    monkeypatch.setattr(launch.StartedHarness, "run", spied)
+    return requests
+
+
+def test_a_grades_second_run_holds_only_the_tests_it_judges(local_pool, make_task,
+                                                             harness_requests):
+    """The gate's second run is judged, the held tests' is not: calibration vouches for a
+    partial second run (the gate, and the tests sentinels may be cloned from), and a grade's
+    second run deselects every other test, which runs once, real, in the first run. The
+    gate's canary still sits in either run at random, so a forged regression of it pays
+    nothing on any grade; a wrong fix still scores 0."""
+    task = _partial_task(make_task, "toy_partial")
+    grader = Grader(local_pool)
+    calibration = grader.calibration(task)
+    assert calibration.second is not None
+    assert "test_calc.py::test_mul" in calibration.second
+    assert len(calibration.second) < len(calibration.canaries.tests)
+    assert {s.test_id for s in calibration.sentinels} <= calibration.second
+    right = {"calc.py": task.solution["calc.py"].encode()}
+    placements = set()
+    for _ in range(6):
+        report = grader.grade(task, right)
+        assert report.score == 1.0 and report.earning == 12 and report.forgery == (), report
+        request = harness_requests[-1]
+        assert len(request["variants"]) == 2
+        assert set(request["variants"][1]["skip"]) == \
+            set(calibration.canaries.tests) - calibration.second
+        assert not request["variants"][0].get("skip")
+        gate = next(t for t in report.tests if t.name.endswith("::test_mul"))
+        assert gate.outcome == "passed" and gate.canary == "failed"
+        placements.add("assert mul(2, 3) > 5" in request["variants"][0]["files"]["test_calc.py"])
+        held = [t for t in report.tests if "::test_add_" in t.name
+                and t.name.rpartition("::")[2] not in {
+                    s.test_id.rpartition("::")[2] for s in calibration.sentinels}]
+        assert held and all(t.canary == "" for t in held)  # they ran once
+    assert placements == {True, False}  # the gate's real test sat in either run
+    wrong = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+    assert grader.grade(task, {"calc.py": wrong.encode()}).score == 0.0
+    for _ in range(4):
+        forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
+        assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
+
+
+def test_a_suite_handing_state_to_the_second_runs_tests_keeps_both_runs_whole(
+        local_pool, make_task, harness_requests):
+    """The gate reads what a held test left behind: in a second run without that test it
+    would fail, so calibration's reference runs in the partial layout disagree with the full
+    run and every test keeps both runs; the reference still scores 1.0."""
+    task = _partial_task(make_task, "toy_partial_state", state=True)
+    grader = Grader(local_pool)
+    assert grader.calibration(task).second is None
+    report = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
+    assert report.score == 1.0, report
+    assert not any(v.get("skip") for v in harness_requests[-1]["variants"])
