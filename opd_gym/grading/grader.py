@@ -741,8 +741,7 @@ class Grader:
         if held:
             runs = held_sites.rewrite(
                 variants.files, held, placed, probe=probe, solution=solution_modules(task),
-                computed=calibration.computed if calibration is not None else None,
-                second=second)
+                computed=calibration.computed if calibration is not None else None)
             variants = Variants(runs.files, variants.real_in, variants.skip)
         ids = dict(runs.ids) if runs is not None else {}
         if calibration is not None and self.single_run and not single and second is None:

@@ -996,14 +996,12 @@ _Found = dict[tuple[str, int, bool], tuple[str, ast.stmt | None, _Parts | None]]
 
 
 def _file_sites(path: str, context: _Context, held: HeldSites | None,
-                clones: Mapping[str, str], present: Collection[str] | None = None
-                ) -> tuple[_Found, dict[str, _ParamTest]]:
+                clones: Mapping[str, str]) -> tuple[_Found, dict[str, _ParamTest]]:
     """{(original test id, index, a clone): (this run's test id, statement, its parts)} in
     one file (every holdable site where `held` is None; a run holds at most one clone of a
     test, its name differs from run to run), and the tests whose parametrize arguments are
     read at a site. A site comparing with a parametrize argument has no parts where the
-    table's other readers do not hold the same columns (the table is edited for all; a
-    reader outside `present`, where given, does not run)."""
+    table's other readers do not hold the same columns (the table is edited for all)."""
     tree = context.tree(path)
     if tree is None:
         return {}, {}
@@ -1064,8 +1062,7 @@ def _file_sites(path: str, context: _Context, held: HeldSites | None,
     for (test_id, _, clone), (_, _, p) in found.items():
         if p is not None and isinstance(p[2], Column) and not clone:
             held_columns.setdefault(test_id, set()).add(params[test_id].columns[p[2].name])
-    good = _consistent(params if present is None else {
-        t: p for t, p in params.items() if t in present}, held_columns)
+    good = _consistent(params, held_columns)
     for key, (test_id, statement, p) in list(found.items()):
         if p is not None and isinstance(p[2], Column) and \
                 params[key[0]].columns[p[2].name] not in good.get(key[0], ()):
@@ -1154,14 +1151,11 @@ def _consistent(params: Mapping[str, _ParamTest], held: Mapping[str, set[tuple[i
 
 def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, placed: Placed,
             probe: bool | str = False, *, solution: Collection[str] = (),
-            computed: Computed | None = None, second: Collection[str] | None = None
-            ) -> HeldRuns:
+            computed: Computed | None = None) -> HeldRuns:
     """Both runs' files with every held site of `held` replaced by an emission (`probe`:
     wrapped in one, the assertion kept). A site is rewritten in both runs or in neither (its
     statement must be holdable in each run's text: a canary that negates it leaves it as it
-    is), so the runs' texts differ only where they did before. `second`: the tests the second
-    run holds (a partial second run, grader.py): the others run in the first only, and are
-    neither read nor rewritten in the second's text.
+    is), so the runs' texts differ only where they did before.
 
     A site comparing with a parametrize argument (not in probes) also takes that column out
     of the table (a placeholder in every row) and gives the decorator opaque `ids=`; the host
@@ -1180,19 +1174,14 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     context = (_Context(files[0], solution, grading), _Context(files[1], solution, grading))
     found: list[dict[str, _Found]] = []
     params: list[dict[str, dict[str, _ParamTest]]] = []
-    both = (lambda test: True) if second is None else second.__contains__
     for run in (0, 1):
         clones = _clone_names(placed, run)
         found.append({})
         params.append({})
-        mine = held if run == 0 or second is None else {
-            t: s for t, s in held.items() if t in second}
         for path in files[run]:
-            if mine is not held and not any(t.startswith(path + "::") for t in mine):
-                found[run][path], params[run][path] = {}, {}  # nothing held runs there
-            elif path.endswith(".py"):
-                found[run][path], params[run][path] = _file_sites(
-                    path, context[run], mine, clones, None if run == 0 else second)
+            if path.endswith(".py"):
+                found[run][path], params[run][path] = _file_sites(path, context[run],
+                                                                  held, clones)
     out: list[dict[str, str]] = [dict(files[0]), dict(files[1])]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]] = ({}, {})
     unheld: set[str] = set()
@@ -1200,10 +1189,9 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     pending: tuple[dict[str, dict[int, tuple[str, Recorded]]], ...] = ({}, {})
     for path in found[0]:
         ok = {key for key, (_, _, p) in found[0][path].items()
-              if p is not None and (not both(key[0]) or found[1].get(path, {}).get(
-                  key, (0, 0, None))[2] is not None)}
-        shapes = [{t: [d.ids for d in p.decorators] for t, p in params[run].get(path, {}).items()
-                   if both(t)} for run in (0, 1)]
+              if p is not None and found[1].get(path, {}).get(key, (0, 0, None))[2] is not None}
+        shapes = [{t: [d.ids for d in p.decorators] for t, p in params[run].get(path, {}).items()}
+                  for run in (0, 1)]
         if shapes[0] != shapes[1]:  # the runs read the tables apart: hold no column
             ok = {key for key in ok if not isinstance(found[0][path][key][2][2], Column)}
         for run in (0, 1):
@@ -1219,8 +1207,6 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
             removed: set[str] = set()  # helper functions taken out of this text
             unbound: set[tuple[int, int]] = set()  # bound locals' values taken out
             for key in ok:
-                if key not in found[run][path]:
-                    continue  # a test the partial second run does not hold
                 test_id, statement, found_parts = found[run][path][key]
                 assert statement is not None and found_parts is not None
                 expr, op, value = found_parts

@@ -1197,7 +1197,7 @@ def _partial_task(make_task, task_id: str, state: bool = False):
     mul = "def mul(a, b):\n    return a * b\n"
     first = "\n\ndef test_prepare():\n    STATE['sum'] = add(1, 1)\n"
     held = "".join(f"\n\ndef test_add_{i}():\n    assert add({i}, {i + 1}) == {2 * i + 1}\n"
-                   for i in range(12))
+                   f"    assert add({i + 1}, {i + 3}) == {2 * i + 4}\n" for i in range(12))
     gate = "\n\ndef test_mul():\n" + ("    assert STATE['sum']\n" if state else "") \
         + "    assert mul(2, 3) > 5\n"
     return make_task(
@@ -1254,6 +1254,11 @@ def test_a_grades_second_run_holds_only_the_tests_it_judges(local_pool, make_tas
                 and t.name.rpartition("::")[2] not in {
                     s.test_id.rpartition("::")[2] for s in calibration.sentinels}]
         assert held and all(t.canary == "" for t in held)  # they ran once
+        # no held literal shows in either run's text, the second's included, where the tests
+        # it leaves out hold their canaries: a reader there learns no answer of a test it runs
+        for files in (v["files"]["test_calc.py"] for v in request["variants"]):
+            assert not [i for i in range(12) if f"== {2 * i + 1}\n" in files
+                        or f"== {2 * i + 4}\n" in files]
     assert placements == {True, False}  # the gate's real test sat in either run
     wrong = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
     assert grader.grade(task, {"calc.py": wrong.encode()}).score == 0.0
