@@ -28,7 +28,9 @@ judge nothing, every test's canary being held (the host comparing the same emitt
 another literal), invalid or absent, is ONE run (plain pytest's cost), all tests real; so are
 the starter's and the null submission's calibration runs, which have no canaries. A test with
 a valid canary that is not held keeps the two variants: a gate among them is what catches a
-regression whose failure a submission forges into a pass.
+regression whose failure a submission forges into a pass. The second run then holds only such
+tests and those sentinels are cloned from (`Calibration.second`, vouched for by two reference
+runs in that layout); the rest run once, real, in the first run, which holds the whole suite.
 """
 
 from __future__ import annotations
@@ -281,8 +283,10 @@ class Grader:
 
         `single_run` (the default): a grade whose second run would judge nothing (every
         test's canary held, invalid or absent) is one run, every test real (plain pytest's
-        cost); `single_run=False` keeps both variants there too, so that a forgery there is
-        also named (`GradeReport.forgery`).
+        cost), and one whose second run judges only some tests runs only those there (and
+        the tests sentinels are cloned from) where calibration vouched for that layout
+        (`Calibration.second`); `single_run=False` keeps both variants of every test, so
+        that a forgery there is also named (`GradeReport.forgery`).
 
         `secret` (default: 32 random bytes) seeds the canaries; keep it from the agents.
         `calibrations`: a folder where calibrations persist, shared by Graders of the same
