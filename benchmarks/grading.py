@@ -23,7 +23,10 @@ once per task; its cost is shown apart, the partial second run's two checks incl
 column "host s" is the part of a grade spent outside the sandbox's harness run, from its
 request to its verdict (the held rewrite of the tests, canaries, copying the files, reading
 the verdict). A grade takes a grading sandbox whose harness already waits, pytest imported
-(the pool's `with_prepared` sandboxes), where one is ready. The column "cold" grades the same
+(the pool's `with_prepared` sandboxes), where one is ready. The column "drawn s" grades as
+an env's submit does: the grade's runs (canaries, sentinels, the held rewrite: the host's
+work that reads no submission) were drawn at the episode's reset (`Grader.prepare`, its time
+apart in "draw s"; an episode's turns hide it). The column "cold" grades the same
 files with neither: the harness starts once its request is ready, after the host's work (as
 every grade did before `launch.StartedHarness`).
 
@@ -54,6 +57,7 @@ sys.path.insert(0, str(ROOT / "tests" / "grading"))
 from plain_pytest import container, exec_pytest, put_files  # noqa: E402
 
 CALLS = 100_000
+SETTLE = 0.5  # seconds a warm harness gets to start (Python, pytest's import) before a side
 HELPER_DIR = "/tmp/opd-plain-lib"  # where plain runs find `opd_grading` (PYTHONPATH)
 
 
@@ -192,11 +196,19 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, Any]:
     started = time.perf_counter()
     grader.calibration(task)
     calibrate = time.perf_counter() - started
-    grades, twice, colds, plains, hosts = [], [], [], [], []
+    grades, twice, colds, plains, hosts, drawn, draws = [], [], [], [], [], [], []
 
-    def grade(into: list[float], host: list[float] | None = None) -> None:
+    def grade(into: list[float], host: list[float] | None = None, draw: bool = False) -> None:
         runs: list[float] = []
         grader.sandboxes.wait_ready()  # every side starts from a full pool, as plain pytest's
+        time.sleep(SETTLE)  # and its warm harness started (wait_ready sees only the sandbox)
+        if draw:  # drawn at the episode's reset (an env does), done before its submit
+            started = time.perf_counter()
+            prepared = grader.prepare(task)
+            if prepared is None:
+                raise SystemExit(f"{task.id}: Grader.prepare drew nothing")
+            prepared.result()
+            draws.append(time.perf_counter() - started)
         started = time.perf_counter()  # container is started beforehand
         with harness_time(runs):
             report = grader.grade(task, solved)
@@ -212,6 +224,7 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, Any]:
         put_files(name, {"opd_grading.py": opd_grading_source().encode()}, root=HELPER_DIR)
         for _ in range(rounds):
             grade(grades, hosts)
+            grade(drawn, draw=True)
             with two_runs(grader):
                 grade(twice)
             with cold_start():
@@ -225,34 +238,37 @@ def time_task(task: Task, grader: Grader, rounds: int) -> dict[str, Any]:
     return {"runs": _runs(grader, task, solved), "grade": statistics.median(grades),
             "twice": statistics.median(twice),
             "cold": statistics.median(colds), "plain": statistics.median(plains),
-            "host": statistics.median(hosts),
-            "calibrate": calibrate}
+            "host": statistics.median(hosts), "drawn": statistics.median(drawn),
+            "draw": statistics.median(draws), "calibrate": calibrate}
 
 
 def table(title: str, tasks: list[Task], grader: Grader, rounds: int) -> list[dict[str, Any]]:
     """Print one row per task; the rows."""
-    print(f"\n{title}\n{'task':<28} {'runs':>6} {'grade s':>8} {'host s':>7} {'2 runs s':>8} "
-          f"{'cold s':>7} {'plain s':>8} {'ratio':>6} {'2 runs':>6} {'cold':>6} "
-          f"{'calibrate s':>12}", flush=True)
+    print(f"\n{title}\n{'task':<28} {'runs':>6} {'grade s':>8} {'host s':>7} {'drawn s':>8} "
+          f"{'draw s':>7} {'2 runs s':>8} {'cold s':>7} {'plain s':>8} {'ratio':>6} "
+          f"{'drawn':>6} {'2 runs':>6} {'cold':>6} {'calibrate s':>12}", flush=True)
     rows = []
     for task in tasks:
         row = time_task(task, grader, rounds)
         rows.append(row)
         print(f"{task.id:<28} {row['runs']:>6} {row['grade']:>8.3f} {row['host']:>7.3f} "
-              f"{row['twice']:>8.3f} {row['cold']:>7.3f} {row['plain']:>8.3f} "
-              f"{row['grade'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
+              f"{row['drawn']:>8.3f} {row['draw']:>7.3f} {row['twice']:>8.3f} "
+              f"{row['cold']:>7.3f} {row['plain']:>8.3f} {row['grade'] / row['plain']:>5.2f}x "
+              f"{row['drawn'] / row['plain']:>5.2f}x {row['twice'] / row['plain']:>5.2f}x "
               f"{row['cold'] / row['plain']:>5.2f}x {row['calibrate']:>12.2f}", flush=True)
     return rows
 
 
 def summary(name: str, rows: list[dict[str, Any]], rounds: int) -> str:
     ratios = [r["grade"] / r["plain"] for r in rows]
+    drawn = [r["drawn"] / r["plain"] for r in rows]
     twice = [r["twice"] / r["plain"] for r in rows]
     cold = [r["cold"] / r["plain"] for r in rows]
     total = sum(r["grade"] for r in rows) / sum(r["plain"] for r in rows)
     once = sum(r["runs"] == "1" for r in rows)
     partial = sum(r["runs"].startswith("1+") for r in rows)
-    return (f"{name}: median ratio {statistics.median(ratios):.2f}x (2 runs: "
+    return (f"{name}: median ratio {statistics.median(ratios):.2f}x (drawn at reset: "
+            f"{statistics.median(drawn):.2f}x, max {max(drawn):.2f}x; 2 runs: "
             f"{statistics.median(twice):.2f}x, cold: {statistics.median(cold):.2f}x), "
             f"max {max(ratios):.2f}x, graded in one run "
             f"{once} of {len(rows)}, with a partial second run {partial}, summed grade / summed "

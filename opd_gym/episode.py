@@ -127,6 +127,8 @@ class Episode:
         # One grader per env (or per run) keeps each task's calibration; a new one per
         # episode would re-run the starter and the reference at every submit.
         self._grader = grader if grader is not None else Grader(pool)
+        # the grade's runs are drawn while the agent works (a calibrated task's; no sandbox)
+        self._grader.prepare(task)
         self.sandbox: Sandbox | None = _prepared_sandbox(pool, task)
         self._executor = ToolExecutor(self.sandbox, default_timeout=settings.tool_timeout,
                                       max_timeout=settings.max_tool_timeout,

@@ -8,6 +8,7 @@ import pytest
 
 from opd_gym.episode import FORMAT_ERRORS, MAX_TURNS, SUBMITTED, Episode, EpisodeSettings
 from opd_gym.errors import ConfigError, DatasetError
+from opd_gym.grading import Grader
 from opd_gym.tools.parsing import format_tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
@@ -35,6 +36,24 @@ def test_an_episode_plays_grades_and_gives_its_sandbox_back(local_pool, toy_task
     info = episode.info(last)
     assert info["turn_snapshot"] is last and info["task_prompt"] == toy_task.prompt
     assert info["end_reason"] == SUBMITTED and info["grade"]["passed"] == 3
+
+
+def test_an_episode_of_a_calibrated_task_draws_its_grade_while_the_agent_works(local_pool,
+                                                                              toy_task):
+    """The first grade of a task calibrates it; from then on an episode's start draws its
+    grade's runs (`Grader.prepare`), and its submit's grade takes that draw."""
+    grader = Grader(local_pool)
+    played = []
+    for _ in range(2):
+        episode = Episode(toy_task, local_pool, EpisodeSettings(max_turns=5), grader)
+        drawn_now = grader.prepare(toy_task)  # None: not calibrated yet, or drawn already
+        assert drawn_now is None
+        episode.play(WRITE)
+        assert episode.play(format_tool_call("submit")).end_reason == SUBMITTED
+        played.append(episode.grade)
+    assert [g.passed for g in played] == [3, 3] and played[1].score == 1.0
+    # the second grade took its episode's draw: the task has none left, one is drawn again
+    assert grader.prepare(toy_task) is not None
 
 
 @pytest.mark.parametrize("script,settings,reason", [

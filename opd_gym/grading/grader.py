@@ -45,7 +45,9 @@ import random
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -108,6 +110,7 @@ LEAK_ROUNDS = 8  # calibration re-runs after dropping canaries whose failure fai
 CANARY_REDRAWS = 8  # calibration rounds redrawing canaries the reference passed (see _redraw)
 SENTINELS = 2  # sentinel clones per grade, the same tests in both variants (sentinel.py)
 GRADING_HARNESS = "grading harness"  # the pool's warm grading sandboxes (with_prepared)
+PREPARED_TASKS = 8  # tasks whose next grade's runs `Grader.prepare` keeps drawn, at most
 SENTINEL_CANDIDATES = 8  # sites (tests apart) calibration checks for grades to draw from
 
 
@@ -177,6 +180,19 @@ def runs_in_process(task: Task) -> bool:
     sources += [b.decode("utf-8", "replace") for p, b in task.assets.items()
                 if p.endswith(".py")]
     return imports_any(sources, solution_modules(task))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """The runs' texts of one grade, drawn (`Grader._layout`): what the host alone knows of
+    them (the canaries, which variant holds each real test, the sentinels placed, the held
+    sites' values) and whether it is one run."""
+
+    canaries: CanarySet
+    variants: Variants
+    placed: Placed
+    runs: held_sites.HeldRuns | None
+    single: bool
 
 
 class _Failed(GradingError):
@@ -303,6 +319,10 @@ class Grader:
         self._lock = threading.Lock()
         self._task_locks: dict[str, threading.Lock] = {}
         self._calibrations: dict[str, Calibration] = {}
+        # {task key: (its calibration, (single_run, once), the next grade's layout drawn)}
+        self._prepared: OrderedDict[str, tuple[Calibration, tuple[bool, bool],
+                                               Future[_Layout]]] = OrderedDict()
+        self._preparing: ThreadPoolExecutor | None = None
 
     # -- public -------------------------------------------------------------------------
     def grade(self, task: Task, files: Mapping[str, bytes]) -> GradeReport:
@@ -317,7 +337,8 @@ class Grader:
             calibration = self.calibration(task)
             merged, dropped_more = self._run(task, keep, calibration.canaries,
                                              sentinels=calibration.sentinels,
-                                             held=calibration.held, calibration=calibration)
+                                             held=calibration.held, calibration=calibration,
+                                             layout=self._take_prepared(task, calibration))
         except (_Failed, CalibrationError) as failed:
             fields = {**base, **failed.fields}
             fields["dropped"] = tuple(sorted({*base["dropped"], *fields.get("dropped", ())}))
@@ -327,6 +348,30 @@ class Grader:
                                infra_error=True, duration=time.monotonic() - started)
         base["dropped"] = tuple(sorted({*dropped, *dropped_more}))
         return build_report(merged, calibration, base, time.monotonic() - started)
+
+    def prepare(self, task: Task) -> Future[Any] | None:
+        """Draw the runs of `task`'s next grade now, in a thread of this Grader: its
+        canaries, sentinels and the host's held rewrite of its tests, the host's share of a
+        grade, which reads no submission. An env calls it at reset, so that the episode's
+        turns hide that work and the grade's sandbox run starts at once. Only for a task
+        already calibrated (a calibration runs sandboxes: it waits for the first grade).
+        The draw's Future (done once it is made), None where none was started. A draw
+        serves the task's next grade only, and one drawn under other settings (`single_run`,
+        `once`) or another calibration none; at most PREPARED_TASKS tasks keep one (the
+        oldest is dropped)."""
+        key = task_key(task)
+        with self._lock:
+            calibration = self._calibrations.get(key)
+            if calibration is None or key in self._prepared:
+                return None
+            if self._preparing is None:
+                self._preparing = ThreadPoolExecutor(1, thread_name_prefix="opd-grade-draw")
+            settings = (self.single_run, self.once)
+            drawn = self._preparing.submit(self._grade_layout, task, calibration, settings)
+            self._prepared[key] = (calibration, settings, drawn)
+            while len(self._prepared) > PREPARED_TASKS:
+                self._prepared.popitem(last=False)[1][2].cancel()
+        return drawn
 
     def calibration(self, task: Task) -> Calibration:
         """The task's canaries, validated with its reference, starter and null submission
@@ -355,6 +400,27 @@ class Grader:
             return done
 
     # -- internals ------------------------------------------------------------------------
+    def _grade_layout(self, task: Task, calibration: Calibration,
+                      settings: tuple[bool, bool]) -> _Layout:
+        """A grade's runs, drawn afresh under `settings` (single_run, once)."""
+        return self._layout(task, calibration.canaries, calibration.sentinels,
+                            held=calibration.held, calibration=calibration, settings=settings)
+
+    def _take_prepared(self, task: Task, calibration: Calibration) -> _Layout | None:
+        """The draw `prepare` made for this grade (waited for where it is being made); None
+        where there is none to use (none made, made under other settings or for another
+        calibration, not started yet, failed): the grade draws its own then."""
+        settings = (self.single_run, self.once)
+        with self._lock:
+            entry = self._prepared.pop(task_key(task), None)
+        if entry is not None and entry[0] is calibration and entry[1] == settings \
+                and not entry[2].cancel():  # not started yet: cancelled, drawn here
+            try:
+                return entry[2].result()
+            except Exception:  # noqa: BLE001 - the grade draws again, where it fails for real
+                return None
+        return None
+
     def _stored(self, task: Task, key: str) -> Calibration:
         """The task's calibration from the store (computed and written there, under an
         exclusive lock, by the first process asking), or computed here without a store."""
@@ -662,16 +728,21 @@ class Grader:
              count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
              probe: bool | str = False, calibration: Calibration | None = None,
              single: bool = False, probe_state: bool = False,
-             second: frozenset[str] | None = None, fixed: Mapping[str, int] | None = None
-             ) -> tuple[Merged, list[str]]:
-        """`_run_in` a grading sandbox whose harness has started (`_sandbox`)."""
+             second: frozenset[str] | None = None, fixed: Mapping[str, int] | None = None,
+             layout: _Layout | None = None) -> tuple[Merged, list[str]]:
+        """`_run_in` a grading sandbox whose harness has started (`_sandbox`), on `layout`
+        (default: `_layout` of the other arguments, drawn while the harness starts)."""
         what = f"calibration ({calibrating}): " if calibrating else ""
+        if not test_paths(task) and not doctest_sources(task):
+            raise _Failed(reason="the task has no Python test files", infra_error=True)
         sandbox, harness = self._sandbox(what)
         try:
             with harness:
-                return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
-                                    sentinels, count, held, probe, calibration, single,
-                                    probe_state, second, fixed)
+                if layout is None:
+                    layout = self._layout(task, canaries, sentinels, count, held, probe,
+                                          calibration, single, second, fixed)
+                return self._run_in(sandbox, harness, task, keep, layout, calibrating,
+                                    probe, probe_state)
         finally:
             self.sandboxes.release(sandbox)
 
@@ -700,19 +771,19 @@ class Grader:
             self.sandboxes.release(sandbox)
             raise _Failed(reason=f"{what}{exc}", infra_error=True) from None
 
-    def _run_in(self, sandbox: Sandbox, harness: launch.StartedHarness, task: Task,
-                keep: dict[str, bytes], canaries: CanarySet, calibrating: str = "",
-                sentinels: tuple[SentinelSite, ...] = (), count: int | None = None,
-                held: Mapping[str, tuple[int, ...]] | None = None, probe: bool | str = False,
-                calibration: Calibration | None = None, single: bool = False,
-                probe_state: bool = False, second: frozenset[str] | None = None,
-                fixed: Mapping[str, int] | None = None) -> tuple[Merged, list[str]]:
-        """Both variants of the hidden tests on `keep`, with clones of `count` of `sentinels`
-        and the `held` sites held by the host (`probe`: only their values reported), merged;
-        _Failed before outcomes. With `once`, tests whose second run tells nothing run once
-        (once.py; given the task's `calibration`, a grade, also those with an invalid or held
-        canary). `single`: one run instead, every test real (no canary), the sentinels in it.
-        `probe_state`: each test's entry carries a digest of the state it left changed.
+    def _layout(self, task: Task, canaries: CanarySet, sentinels: tuple[SentinelSite, ...] = (),
+                count: int | None = None, held: Mapping[str, tuple[int, ...]] | None = None,
+                probe: bool | str = False, calibration: Calibration | None = None,
+                single: bool = False, second: frozenset[str] | None = None,
+                fixed: Mapping[str, int] | None = None,
+                settings: tuple[bool, bool] | None = None) -> _Layout:
+        """The runs' texts of one grade or calibration run, drawn afresh: both variants of the
+        hidden tests with clones of `count` of `sentinels` and the `held` sites held by the
+        host (`probe`: only their values reported). It reads no submission, so a grade's can
+        be made before the grade (`prepare`). With `once`, tests whose second run tells
+        nothing run once (once.py; given the task's `calibration`, a grade, also those with an
+        invalid or held canary). `single`: one run instead, every test real (no canary), the
+        sentinels in it. `settings`: (single_run, once), the Grader's where None.
 
         A partial second run (a grade given a `calibration` whose `second` is set, or
         `second` given): the second variant holds only the tests of `second`, the others run
@@ -720,16 +791,12 @@ class Grader:
         `second` in the first and draws the rest). Those others are judged by the first run
         alone, as in a one-run grade: by the host's held values, or their real outcome where
         no canary of theirs is judged (none, or one the reference passes)."""
-        what = f"calibration ({calibrating}): " if calibrating else ""
-        paths = test_paths(task)
+        single_run, once_mode = settings or (self.single_run, self.once)
         doctests = doctest_sources(task)
-        if not paths and not doctests:
-            raise _Failed(reason="the task has no Python test files", infra_error=True)
-        # Doctest sources are never laid over the workspace: they go to the harness apart.
         if single:
             canaries = CanarySet({}, canaries.tests)
         if second is None and calibration is not None and calibration.second is not None \
-                and self.single_run and not self.once and not single:  # a grade's layout
+                and single_run and not once_mode and not single:  # a grade's layout
             second = calibration.second
             fixed = {t: 0 for t in canaries.tests if t not in second}
         variants, placed = build_runs(hidden_files(task, doctests), canaries, sentinels,
@@ -747,25 +814,37 @@ class Grader:
                 variants.files, held, placed, probe=probe, solution=solution_modules(task),
                 computed=calibration.computed if calibration is not None else None)
             variants = Variants(runs.files, variants.real_in, variants.skip)
-        ids = dict(runs.ids) if runs is not None else {}
-        if calibration is not None and self.single_run and not single and second is None:
+        if calibration is not None and single_run and not single and second is None:
             # one run where the second judges nothing (once.py's rule, for every test)
             once = run_once(canaries, variants.real_in, (), calibration.reference_ids,
                             calibration.invalid, runs)
             if set(variants.real_in) <= once[0] | once[1]:
-                return self._run_in(sandbox, harness, task, keep, canaries, calibrating,
-                                    sentinels, count, held, probe, calibration, single=True)
-        if self.once and not single and second is None:
+                return self._layout(task, canaries, sentinels, count, held, probe,
+                                    calibration, single=True, settings=settings)
+        if once_mode and not single and second is None:
             variants = dataclasses.replace(variants, skip=run_once(
                 canaries, variants.real_in, sentinels,
                 calibration.reference_ids if calibration else (),
                 calibration.invalid if calibration else frozenset(), runs))
+        return _Layout(canaries, variants, placed, runs, single)
+
+    def _run_in(self, sandbox: Sandbox, harness: launch.StartedHarness, task: Task,
+                keep: dict[str, bytes], layout: _Layout, calibrating: str = "",
+                probe: bool | str = False, probe_state: bool = False
+                ) -> tuple[Merged, list[str]]:
+        """`layout`'s runs on `keep` in `sandbox`, merged; _Failed before outcomes."""
+        what = f"calibration ({calibrating}): " if calibrating else ""
+        paths = test_paths(task)
+        doctests = doctest_sources(task)  # never laid over the workspace: the harness's apart
+        canaries, variants, placed, runs = (layout.canaries, layout.variants, layout.placed,
+                                            layout.runs)
+        ids = dict(runs.ids) if runs is not None else {}
+        count = SINGLE if layout.single else VARIANTS
         dropped = self._copy(sandbox, keep, what)
         raw = self._harness(task, harness, paths, variants, what, doctests, placed,
-                            {v: k for k, v in ids.items()}, SINGLE if single else VARIANTS,
-                            probe_state)
+                            {v: k for k, v in ids.items()}, count, probe_state)
         try:
-            data = parse_verdict(raw, SINGLE if single else VARIANTS)
+            data = parse_verdict(raw, count)
         except VerdictError as exc:
             raise _Failed(reason=f"{what}{exc}", infra_error=True,
                           output=raw[-self.output_chars:].decode("utf-8", "replace")) from None

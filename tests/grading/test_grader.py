@@ -169,23 +169,28 @@ def test_reference_solution_passes(grader, toy_task):
 
 
 @pytest.fixture
-def harness_runs(monkeypatch) -> list[int]:
-    """The variant count of every harness request, in order (a spy: the real harness runs)."""
+def harness_requests(monkeypatch) -> list[dict]:
+    """Every harness request, in order (a spy: the real harness runs)."""
     from opd_gym.grading import launch
 
-    runs: list[int] = []
+    requests: list[dict] = []
     real = launch.StartedHarness.run
 
-    def counted(harness, request, timeout):
-        runs.append(len(request["variants"]))
+    def spied(harness, request, timeout):
+        requests.append(request)
         return real(harness, request, timeout)
 
-    monkeypatch.setattr(launch.StartedHarness, "run", counted)
-    return runs
+    monkeypatch.setattr(launch.StartedHarness, "run", spied)
+    return requests
+
+
+def _runs(requests: list[dict]) -> list[int]:
+    """The variant count of each harness request."""
+    return [len(r["variants"]) for r in requests]
 
 
 def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, toy_task,
-                                                                  harness_runs):
+                                                                  harness_requests):
     """Plain pytest's cost: with every earning test held, a grade runs the hidden tests once
     (and so do the starter's and null submission's calibration runs, which have no canaries);
     the reference's calibration run, every run of `hold=False` and every grade of
@@ -193,14 +198,14 @@ def test_a_task_whose_earning_tests_are_held_is_graded_in_one_run(local_pool, to
     right = {"calc.py": toy_task.solution["calc.py"].encode()}
     held = Grader(local_pool)
     assert held.grade(toy_task, right).score == 1.0
-    assert harness_runs == [1, 1, 2, 1]  # starter, null submission, reference; then the grade
+    assert _runs(harness_requests) == [1, 1, 2, 1]  # starter, null, reference; the grade
     wrong = held.grade(toy_task, {"calc.py": b"def add(a, b):\n    return a + b + 1\n"})
-    assert wrong.score == 0.0 and harness_runs[-1] == 1
+    assert wrong.score == 0.0 and _runs(harness_requests)[-1] == 1
     assert held.calibration(toy_task).held_only
     for twice in (Grader(local_pool, hold=False), Grader(local_pool, single_run=False)):
         report = twice.grade(toy_task, right)
         assert report.score == 1.0 and {t.canary for t in report.tests} == {"failed"}
-        assert harness_runs[-1] == 2
+        assert _runs(harness_requests)[-1] == 2
     assert not Grader(local_pool, hold=False).calibration(toy_task).held_only
 
 
@@ -228,7 +233,7 @@ def mul(a, b):
 
 
 def test_a_gate_whose_canary_is_not_held_keeps_two_runs_and_a_forged_regression_pays_nothing(
-        local_pool, make_task, harness_runs):
+        local_pool, make_task, harness_requests):
     """The earning test is held, but a gate (an assertion the host cannot hold) has a valid
     canary: its second run is judged, so the grade keeps two runs. A fix that breaks that gate
     and forges its pass (a no-op `runtest` for it alone) is caught by that canary on every
@@ -244,10 +249,10 @@ def test_a_gate_whose_canary_is_not_held_keeps_two_runs_and_a_forged_regression_
     grader = Grader(local_pool)
     right = grader.grade(task, {"calc.py": task.solution["calc.py"].encode()})
     assert right.score == 1.0 and right.earning == 1, right
-    assert grader.calibration(task).held_only and harness_runs[-1] == 2
+    assert grader.calibration(task).held_only and _runs(harness_requests)[-1] == 2
     forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
     assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
-    assert harness_runs[-1] == 2
+    assert _runs(harness_requests)[-1] == 2
 
 
 def test_partial_solution_gives_a_fraction(grader, toy_task):
@@ -1207,22 +1212,6 @@ def _partial_task(make_task, task_id: str, state: bool = False):
         solution={"calc.py": "def add(a, b):\n    return a + b\n\n\n" + mul})
 
 
-@pytest.fixture
-def harness_requests(monkeypatch) -> list[dict]:
-    """Every harness request, in order (a spy: the real harness runs)."""
-    from opd_gym.grading import launch
-
-    requests: list[dict] = []
-    real = launch.StartedHarness.run
-
-    def spied(harness, request, timeout):
-        requests.append(request)
-        return real(harness, request, timeout)
-
-    monkeypatch.setattr(launch.StartedHarness, "run", spied)
-    return requests
-
-
 def test_a_grades_second_run_holds_only_the_tests_it_judges(local_pool, make_task,
                                                              harness_requests):
     """The gate's second run is judged, the held tests' is not: calibration vouches for a
@@ -1265,6 +1254,57 @@ def test_a_grades_second_run_holds_only_the_tests_it_judges(local_pool, make_tas
     for _ in range(4):
         forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
         assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
+
+
+def test_a_grade_drawn_before_it_is_used_once_and_judged_as_any(local_pool, make_task,
+                                                                harness_requests,
+                                                                monkeypatch):
+    """`prepare` (an env's reset) draws a calibrated task's next grade in the Grader's own
+    thread: the grade then runs that draw, the host's held rewrite already done, and scores
+    as any grade (1.0 for the fix, 0 for a wrong one, 0 and named for a forged gate). A draw
+    serves one grade: each is fresh, the next grade draws its own, and a draw made under
+    other settings or before calibration is never used."""
+    task = _partial_task(make_task, "toy_prepared")
+    grader = Grader(local_pool)
+    assert grader.prepare(task) is None  # not calibrated: calibrating runs sandboxes
+    calibration = grader.calibration(task)
+    drawn_in: list[str] = []  # the thread of each held rewrite
+    real = grader_module.held_sites.rewrite
+
+    def spied(*args, **kwargs):
+        drawn_in.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grader_module.held_sites, "rewrite", spied)
+    here = threading.current_thread().name
+    right = {"calc.py": task.solution["calc.py"].encode()}
+    texts = set()
+    for _ in range(3):
+        drawn = grader.prepare(task)
+        assert drawn is not None and grader.prepare(task) is None  # one draw per task
+        drawn.result(timeout=60)  # made while the agent works (an episode's turns)
+        report = grader.grade(task, right)
+        assert report.score == 1.0 and report.earning == 12 and report.forgery == (), report
+        assert here not in drawn_in and drawn_in[-1].startswith("opd-grade-draw")
+        request = harness_requests[-1]
+        assert set(request["variants"][1]["skip"]) == \
+            set(calibration.canaries.tests) - calibration.second  # the grade's own layout
+        texts.add(tuple(v["files"]["test_calc.py"] for v in request["variants"]))
+    assert len(texts) == 3  # each draw fresh: its canaries and sentinels drawn anew
+    assert grader.grade(task, right).score == 1.0 and drawn_in[-1] == here  # none left
+    wrong = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+    assert grader.prepare(task) is not None
+    assert grader.grade(task, {"calc.py": wrong.encode()}).score == 0.0
+    for _ in range(3):
+        assert grader.prepare(task) is not None
+        forged = grader.grade(task, {"calc.py": FORGED_GATE.encode()})
+        assert forged.score == 0.0 and forged.forgery == ("test_calc::test_mul",), forged
+    drawn = grader.prepare(task)
+    assert drawn is not None and drawn.result(timeout=60)
+    grader.single_run = False  # a draw made under other settings is not this grade's
+    report = grader.grade(task, right)
+    assert report.score == 1.0 and drawn_in[-1] == here
+    assert not any(v.get("skip") for v in harness_requests[-1]["variants"])
 
 
 def test_a_suite_handing_state_to_the_second_runs_tests_keeps_both_runs_whole(
