@@ -506,21 +506,28 @@ class Grader:
         held = None
         computed: dict[str, dict[int, held_sites.Recorded]] = {}
         if probes is not None:
+            witness = ref_run.other_probes
+            if held_sites.computes(probes, hidden_files(task), solution):
+                witness = self._witness(task, reference, canaries, probes, ref_run)
             held = held_sites.calibrated(probes, hidden_files(task), ref_run.probes,
                                          _passed(ref_run), ref_run.real, solution=solution,
-                                         witness=ref_run.other_probes,
+                                         witness=witness,
                                          others=(starter_run.probes, null_run.probes),
                                          recorded=computed)
-            # a site a canary leaves unholdable (it negates the assertion) is not held, nor
-            # then a parametrize column of a table that test reads too (another round)
+            # a site a canary leaves unholdable (it negates the assertion, or edits what a
+            # computed site compares with) is not held, nor then a parametrize column of a
+            # table that test reads too (another round); the test's other sites still are:
+            # where its canary sits comes from the secret, whether it earns does not
             variants, _ = build_runs(hidden_files(task), canaries, (), 0)
             while held:
                 unheld = held_sites.rewrite(variants.files, held, ((), ()), solution=solution,
-                                            computed=computed).unheld
+                                            computed=computed).unheld_sites
                 if not unheld:
                     break
-                held = {t: s for t, s in held.items() if t not in unheld}
-                computed = {t: s for t, s in computed.items() if t in held}
+                held = {t: kept for t, s in held.items()
+                        if (kept := tuple(i for i in s if (t, i) not in unheld))}
+                computed = {t: {i: r for i, r in s.items() if (t, i) not in unheld}
+                            for t, s in computed.items() if t in held}
         done = Calibration(canaries, invalid=invalid, starter_passed=starter_passed,
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
@@ -528,6 +535,31 @@ class Grader:
                            held=held, computed=computed,
                            in_process=self.hold and runs_in_process(task))
         return dataclasses.replace(done, second=self._second(task, reference, done, ref_run))
+
+    def _witness(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
+                 probes: Mapping[str, tuple[int, ...]], ref_run: Merged
+                 ) -> dict[str, list[tuple[int, str, bool]]]:
+        """The reference's emissions at the probed sites from another uid, tree and process
+        than `ref_run`'s real copy of each test: a computed expectation is held only where
+        that second computation agrees (held.calibrated). In `ref_run` a canaried test's other
+        copy is its canary, which stops short of every site after the canary's, and where the
+        canary sits comes from the secret: so one more run holds every test real in both
+        runs, each one's second copy in the run its canary held, and a test's witness comes
+        from there whatever its canary. A test without a canary already ran real twice. A
+        failed run witnesses none of the canaried tests (their computed sites are not held)."""
+        canaried = {base_id(nodeid) for ran in ref_run.order for nodeid, kind, _ in ran
+                    if kind == "canary"}
+        real_in = {base_id(nodeid): index for index, ran in enumerate(ref_run.order)
+                   for nodeid, kind, _ in ran if kind == "real" and base_id(nodeid) in canaried}
+        witness = {n: v for n, v in ref_run.other_probes.items() if base_id(n) not in canaried}
+        twin, _ = self._run(task, reference, CanarySet({}, canaries.tests),
+                            calibrating="the reference solution, every test real twice",
+                            count=0, held=probes, probe=True,
+                            second=frozenset(canaries.tests), fixed=real_in)
+        if not twin.reason:
+            witness.update((n, v) for n, v in twin.other_probes.items()
+                           if base_id(n) in canaried)
+        return witness
 
     def _second(self, task: Task, reference: dict[str, bytes], calibration: Calibration,
                 ref_run: Merged) -> frozenset[str] | None:

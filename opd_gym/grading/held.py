@@ -834,6 +834,7 @@ class HeldRuns:
     files: tuple[dict[str, str], dict[str, str]]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]]
     unheld: frozenset[str] = frozenset()  # tests of `held` a site of which was left as it is
+    unheld_sites: frozenset[tuple[str, int]] = frozenset()  # those sites: (test id, index)
     # {node id a run reports: pytest's own node id} of the cases of tests holding a
     # parametrize argument (the runs name them by opaque ids)
     ids: Mapping[str, str] = field(default_factory=dict)
@@ -1185,6 +1186,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
     out: list[dict[str, str]] = [dict(files[0]), dict(files[1])]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]] = ({}, {})
     unheld: set[str] = set()
+    unheld_sites: set[tuple[str, int]] = set()
     ids: dict[str, str] = {}
     pending: tuple[dict[str, dict[int, tuple[str, Recorded]]], ...] = ({}, {})
     for path in found[0]:
@@ -1198,6 +1200,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
             for key, (test_id, _, _) in found[run][path].items():
                 if key not in ok:  # never passes: a test the host could not hold
                     unheld.add(key[0])
+                    unheld_sites.add((key[0], key[1]))
                     expect[run].setdefault(test_id, {})[-1] = (NEVER, None)
         for run in (0, 1):
             source = _Source(files[run][path])
@@ -1263,7 +1266,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
             expect[run][test_id] = {-1: (NEVER, None)}
             for nodeid in [n for n in expect[run] if n.startswith(test_id + "[")]:
                 del expect[run][nodeid]
-    return HeldRuns((out[0], out[1]), expect, frozenset(unheld), ids)
+    return HeldRuns((out[0], out[1]), expect, frozenset(unheld), frozenset(unheld_sites), ids)
 
 
 def _first(source: _Source, index: int, expr: ast.expr, value: Pending
@@ -1539,6 +1542,17 @@ def calibrated(held: HeldSites, pristine: Mapping[str, str],
                 if p is None:
                     kept[test_id] = tuple(i for i in kept[test_id] if i != index)
     return {t: s for t, s in kept.items() if s}
+
+
+def computes(held: HeldSites, pristine: Mapping[str, str], solution: Collection[str]) -> bool:
+    """Whether a site of `held` compares with a value its test computes (computed.py): its
+    calibration then needs that value computed a second time by the reference (`calibrated`'s
+    witness)."""
+    context = _Context(pristine, solution)
+    return bool(solution) and any(
+        p is not None and isinstance(p[2], Pending)
+        for path in pristine if path.endswith(".py")
+        for _, _, p in _file_sites(path, context, held, {})[0].values())
 
 
 def _vouched(index: int, op: str, pending: Pending, nodeids: Iterable[str],

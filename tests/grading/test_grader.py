@@ -852,6 +852,50 @@ def test_an_invalid_canary_is_redrawn_so_every_secret_earns_the_same(local_pool,
                                   "test_calc.py::test_add"})}
 
 
+WITNESSED_TESTS = """\
+import pytest
+
+from shout import shout
+
+
+def test_shout_literal():
+    assert shout("z") == "Z!"
+
+
+@pytest.mark.parametrize("word", ["ab", "cd", "ef"])
+def test_shout(word):
+    assert shout("x") == "X!"
+    assert shout(word) == word.upper() + "!"
+    assert shout("y") == "Y!"
+"""
+
+
+def test_a_computed_expectation_is_held_whatever_the_secret(local_pool, make_task):
+    """`shout(word) == word.upper() + "!"` is held with the value the reference computed, once
+    another process computed the same. That second computation used to be the test's canary
+    copy, which stops at its canary's assertion: where the secret put the canary on `"X!"`,
+    before the computed site, it was never witnessed and the site was not held. Calibration
+    now witnesses it in a run holding every test real twice, so the site is held under every
+    secret, wherever the canary sits."""
+    solution = 'def shout(text):\n    return text.upper() + "!"\n'
+    task = make_task("toy_witnessed", files={"shout.py": "def shout(text):\n    return text\n"},
+                     tests={"test_shout.py": WITNESSED_TESTS},
+                     solution={"shout.py": solution})
+    helds, canary_lines = set(), set()
+    for number in range(6):
+        grader = _secret(Grader(local_pool), number)
+        calibration = grader.calibration(task)
+        canary_lines.add(calibration.canaries.canaries["test_shout.py::test_shout"].line)
+        helds.add(tuple(sorted(calibration.held.items())))
+        report = grader.grade(task, {"shout.py": solution.encode()})
+        assert report.score == 1.0, report
+        wrong = 'def shout(text):\n    return text.upper() + "?"\n'
+        assert grader.grade(task, {"shout.py": wrong.encode()}).score == 0.0
+    assert len(canary_lines) > 1  # the secrets put the canary before and after the site
+    assert len(helds) == 1, helds
+    assert dict(helds.pop())["test_shout.py::test_shout"] == (0, 1, 2)
+
+
 UNRESOLVED_WAIT_TESTS = '''\
 import _thread
 import time
