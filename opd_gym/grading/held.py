@@ -833,11 +833,16 @@ class HeldRuns:
 
     files: tuple[dict[str, str], dict[str, str]]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]]
-    unheld: frozenset[str] = frozenset()  # tests of `held` a site of which was left as it is
-    unheld_sites: frozenset[tuple[str, int]] = frozenset()  # those sites: (test id, index)
+    # the sites of `held` left as they are: (test id, index)
+    unheld_sites: frozenset[tuple[str, int]] = frozenset()
     # {node id a run reports: pytest's own node id} of the cases of tests holding a
     # parametrize argument (the runs name them by opaque ids)
     ids: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def unheld(self) -> frozenset[str]:
+        """The tests of `held` a site of which was left as it is."""
+        return frozenset(test_id for test_id, _ in self.unheld_sites)
 
 
 def _clone_names(placed: Placed, run: int) -> dict[str, str]:
@@ -1185,8 +1190,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
                                                                   held, clones)
     out: list[dict[str, str]] = [dict(files[0]), dict(files[1])]
     expect: tuple[dict[str, dict[int, Expect]], dict[str, dict[int, Expect]]] = ({}, {})
-    unheld: set[str] = set()
-    unheld_sites: set[tuple[str, int]] = set()
+    unheld: set[tuple[str, int]] = set()
     ids: dict[str, str] = {}
     pending: tuple[dict[str, dict[int, tuple[str, Recorded]]], ...] = ({}, {})
     for path in found[0]:
@@ -1199,8 +1203,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
         for run in (0, 1):
             for key, (test_id, _, _) in found[run][path].items():
                 if key not in ok:  # never passes: a test the host could not hold
-                    unheld.add(key[0])
-                    unheld_sites.add((key[0], key[1]))
+                    unheld.add((key[0], key[1]))
                     expect[run].setdefault(test_id, {})[-1] = (NEVER, None)
         for run in (0, 1):
             source = _Source(files[run][path])
@@ -1266,7 +1269,7 @@ def rewrite(files: tuple[dict[str, str], dict[str, str]], held: HeldSites, place
             expect[run][test_id] = {-1: (NEVER, None)}
             for nodeid in [n for n in expect[run] if n.startswith(test_id + "[")]:
                 del expect[run][nodeid]
-    return HeldRuns((out[0], out[1]), expect, frozenset(unheld), frozenset(unheld_sites), ids)
+    return HeldRuns((out[0], out[1]), expect, frozenset(unheld), ids)
 
 
 def _first(source: _Source, index: int, expr: ast.expr, value: Pending
