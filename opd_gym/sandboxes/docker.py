@@ -133,14 +133,20 @@ class DockerEngine:
             return False
 
 
+def exec_transport(stream: Any) -> DockerExecTransport:
+    """The transport over what `exec_start(socket=True)` returned (a socket, or a SocketIO
+    around one), which it keeps referenced while open (see `DockerExecTransport`)."""
+    return DockerExecTransport(getattr(stream, "_sock", stream), stream)
+
+
 class StartedExec:
     """A process started in a container whose stdin waits for its input (`start_exec`)."""
 
-    def __init__(self, sock: socket.socket, exec_id: str, what: str) -> None:
+    def __init__(self, stream: Any, exec_id: str, what: str) -> None:
         self.exec_id = exec_id
         self.what = what
-        self._sock = sock
-        self._transport = DockerExecTransport(sock)
+        self._transport = exec_transport(stream)
+        self._sock = self._transport.sock
 
     def finish(self, data: bytes, *, timeout: float, max_output: int) -> tuple[bytes, str, str]:
         """Send `data` (then EOF) and read stdout until the process exits: (stdout, stderr
@@ -232,8 +238,7 @@ class DockerSandbox(HelperSandbox):
         except DockerException as exc:
             self._teardown()
             raise SandboxError(f"could not start the sandbox container: {exc}") from None
-        sock: socket.socket = getattr(raw, "_sock", raw)
-        return DockerExecTransport(sock)
+        return exec_transport(raw)
 
     def _death_reason(self) -> str:
         from docker.errors import DockerException
@@ -320,7 +325,7 @@ class DockerSandbox(HelperSandbox):
                 raw = client.api.exec_start(exec_id, socket=True)
         except DockerException as exc:
             raise SandboxDied(f"could not start {what}: {exc}") from None
-        return StartedExec(getattr(raw, "_sock", raw), exec_id, what)
+        return StartedExec(raw, exec_id, what)
 
     def _extract(self, archive: bytes, timeout: float) -> None:
         from docker.errors import DockerException

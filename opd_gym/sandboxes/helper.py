@@ -233,11 +233,18 @@ class PipeTransport(Transport):
 
 
 class DockerExecTransport(Transport):
-    """The helper as a `docker exec` session, read from the engine's multiplexed stream."""
+    """The helper as a `docker exec` session, read from the engine's multiplexed stream.
 
-    def __init__(self, sock: socket.socket) -> None:
+    `stream` is what docker's `exec_start(socket=True)` returned: a wrapper around `sock`
+    that alone keeps the HTTP response and connection behind it reachable. Dropped, they form
+    a cycle the garbage collector finalizes at a moment of its choosing, and where it closes
+    urllib3's response first, that closes the connection and with it `sock` under us
+    ("Bad file descriptor" mid-grade). So the transport holds it while the stream is open."""
+
+    def __init__(self, sock: socket.socket, stream: object = None) -> None:
         super().__init__()
         self.sock = sock
+        self._stream = stream
         self._raw = bytearray()
         self._err = bytearray()
 
@@ -283,7 +290,13 @@ class DockerExecTransport(Transport):
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.sock.close()
+        stream, self._stream = self._stream, None
+        if stream is not None and stream is not self.sock:
+            try:  # a SocketIO holds a reference that defers the socket's own close
+                stream.close()  # type: ignore[attr-defined]
+            except OSError:
+                pass
+        self.sock.close()  # the collector's later finalization of the response: a no-op
 
 
 # -- reply checks ----------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import weakref
 
 import pytest
 
@@ -119,6 +121,39 @@ def test_killed_container_is_reported_not_hung(box):
     with pytest.raises(SandboxDied, match="died mid-episode"):
         box.run("echo hi", timeout=5)
     assert time.monotonic() - started < 20
+
+
+def test_exec_streams_outlive_a_garbage_collection(engine):
+    """Docker's exec stream is a socket inside an HTTP response that refers back to it: a
+    cycle. Orphaned, the collector finalizes it in an order of its choosing, and where it
+    closes urllib3's response first, that closes the socket under its user (CI: a grade's
+    harness failed with "Bad file descriptor"). Which order it picks cannot be forced, so
+    this checks the cause: the responses behind the helper's stream and a started exec stay
+    reachable, never finalized, while their streams are open, and closing a stream closes
+    its socket at once."""
+    from urllib3.response import HTTPResponse
+
+    gc.disable()  # nothing collected before we look
+    try:
+        sb = DockerSandbox(engine=engine)
+        sb.start()
+        started = sb.start_exec(["cat"], user="0:0", workdir="/", what="an echo")
+        ours = {id(sb._transport.sock), id(started._sock)}
+        behind = [weakref.ref(o) for o in gc.get_objects() if isinstance(o, HTTPResponse)
+                  and o._connection is not None and id(o._connection.sock) in ours]
+        gc.collect()
+    finally:
+        gc.enable()
+    try:
+        assert len(behind) == 2
+        assert all(ref() is not None for ref in behind)
+        assert started.finish(b"still here", timeout=20, max_output=100)[0] == b"still here"
+        assert started._sock.fileno() == -1  # closed for real: no descriptor left behind
+        helper = sb._transport.sock
+        assert sb.run("echo alive", timeout=20).output.strip() == "alive"
+    finally:
+        sb.close()
+    assert helper.fileno() == -1
 
 
 def test_lifetime_cap_ends_the_container(engine):
