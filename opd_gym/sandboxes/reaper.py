@@ -59,13 +59,16 @@ def orphan_reason(labels: dict[str, str], now: float | None = None) -> str | Non
 
 @dataclass(frozen=True)
 class PruneReport:
+    """`removed`: the orphans gone when the prune returned (short ids), whoever removed them;
+    `kept`: the containers left (owned, or whose removal failed)."""
+
     removed: list[str]
     kept: int
 
 
 def prune(engine: Any, *, everything: bool = False) -> PruneReport:
     """Remove opd_gym containers whose owner process died (or all of them with `everything`)."""
-    from docker.errors import DockerException, NotFound
+    from docker.errors import APIError, DockerException, NotFound
 
     # The low-level list carries the labels, so no per-container inspect can race a removal.
     with engine.call() as client:
@@ -79,9 +82,31 @@ def prune(engine: Any, *, everything: bool = False) -> PruneReport:
         try:
             with engine.call() as client:
                 client.api.remove_container(container["Id"], force=True)
-            removed.append(container["Id"][:12])
         except NotFound:
-            continue  # removed meanwhile (its lifetime ended, or another reaper was faster)
+            pass  # removed meanwhile (its lifetime ended, or another reaper was faster)
+        except APIError as exc:  # another reaper's removal in progress (409): wait for it
+            if exc.status_code != 409 or not _gone(engine, container["Id"]):
+                kept += 1
+                continue
         except DockerException:
             kept += 1
+            continue
+        removed.append(container["Id"][:12])
     return PruneReport(removed=removed, kept=kept)
+
+
+def _gone(engine: Any, container_id: str, timeout: float = 20.0) -> bool:
+    """Whether the container disappears within `timeout` seconds (a removal under way)."""
+    from docker.errors import DockerException, NotFound
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with engine.call() as client:
+                client.api.inspect_container(container_id)
+        except NotFound:
+            return True
+        except DockerException:
+            return False
+        time.sleep(0.1)
+    return False
