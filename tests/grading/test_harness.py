@@ -823,6 +823,18 @@ def test_many_failures_keep_their_message_without_the_terminals_traceback_sectio
     assert len(variant["tests"]) == 60 and set(outcomes(variant).values()) == {"failed"}
     assert all(f"wrong {t['id'].rpartition('_')[2]}" in t["message"] for t in variant["tests"])
     assert "Traceback" not in variant["output"] and "FAILED tests/test_f.py" in variant["output"]
+    # past 50 failures none is shown, so none is built (--tb=no's report: its crash line);
+    # an error in a fixture still shows its traceback in the errors section
+    erring = tests + ("import pytest\n\n\n@pytest.fixture\ndef broken():\n"
+                      "    raise RuntimeError('fixture down')\n\n\n"
+                      "def test_z_needs_it(broken):\n    pass\n")
+    [variant] = harness(tmp_path, {}, [{"tests/test_e.py": erring}])
+    assert outcomes(variant)["tests/test_e.py::test_z_needs_it"] == "error"
+    assert "fixture down" in next(t["message"] for t in variant["tests"]
+                                  if t["id"].endswith("test_z_needs_it"))
+    assert "in broken\n    raise RuntimeError('fixture down')" in variant["output"]
+    assert all(f"wrong {t['id'].rpartition('_')[2]}" in t["message"]
+               for t in variant["tests"] if not t["id"].endswith("test_z_needs_it"))
     few = "".join(f"def test_{i}():\n    assert {i} == -1, 'wrong {i}'\n\n" for i in range(3))
     [variant] = harness(tmp_path, {}, [{"tests/test_g.py": few}])
     assert "Traceback" in variant["output"] and "assert 2 == -1" in variant["output"]
