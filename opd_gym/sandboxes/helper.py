@@ -33,7 +33,8 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -121,10 +122,21 @@ LS_REPLY_LIMIT = MAX_LS_ENTRIES * (6 * 255 + 64) + SMALL_REPLY
 
 
 class Transport(ABC):
-    """A byte pipe to the helper's stdin/stdout, read line by line with deadlines."""
+    """A byte pipe to the helper's stdin/stdout, read line by line with deadlines.
+
+    `close` may come from another thread while a command reads (a timeout, Ctrl-C, a pool
+    shutting down). It wakes the reader (`_interrupt`) but frees the descriptors
+    (`_release`) only once no read or write is inside (`_in_use`): a descriptor closed under
+    a reader is a number the next connection may reuse, and the reader would then wait on,
+    or write to, someone else's stream."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self._guard = threading.Lock()
+        self._users = 0
+        self._closing = False
+        self._interrupted = False
+        self._released = False
 
     @abstractmethod
     def send(self, data: bytes) -> None:
@@ -135,8 +147,47 @@ class Transport(ABC):
         """Next stdout bytes; b'' at end of stream, None if nothing arrived in `timeout`."""
 
     @abstractmethod
+    def _interrupt(self) -> None:
+        """End the stream so a blocked reader wakes (the helper then kills the agent's
+        processes and exits); descriptors stay open."""
+
+    @abstractmethod
+    def _release(self) -> None:
+        """Free the descriptors; called once, when closed and no read or write is inside."""
+
+    @contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Hold the descriptors open around one read or write."""
+        with self._guard:
+            if self._closing:
+                raise SandboxDied("the sandbox's stream is closed")
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._users -= 1
+            self._release_when_idle()
+
     def close(self) -> None:
-        """Close the stream (the helper then kills the agent's processes and exits)."""
+        """Close the stream, from any thread; a second call does nothing."""
+        with self._guard:
+            if self._closing:
+                return
+            self._closing = True
+        try:
+            self._interrupt()
+        finally:
+            with self._guard:
+                self._interrupted = True
+            self._release_when_idle()
+
+    def _release_when_idle(self) -> None:
+        with self._guard:
+            if not self._interrupted or self._users or self._released:
+                return
+            self._released = True
+        self._release()
 
     def diagnostics(self) -> str:
         """Whatever the helper wrote to stderr, for error messages."""
@@ -189,15 +240,17 @@ class PipeTransport(Transport):
 
     def send(self, data: bytes) -> None:
         try:
-            self.proc.stdin.write(data)
-            self.proc.stdin.flush()
+            with self._in_use():
+                self.proc.stdin.write(data)
+                self.proc.stdin.flush()
         except (BrokenPipeError, ValueError, OSError) as exc:
             raise SandboxDied(f"the sandbox helper is gone ({exc})") from None
 
     def _read_some(self, timeout: float) -> bytes | None:
-        if not self._poll.poll(timeout * 1000):
-            return None
-        return os.read(self.proc.stdout.fileno(), 1 << 20)
+        with self._in_use():
+            if not self._poll.poll(timeout * 1000):
+                return None
+            return os.read(self.proc.stdout.fileno(), 1 << 20)
 
     def diagnostics(self) -> str:
         for _ in range(16):  # bounded: a writer that never stops cannot keep us here
@@ -210,7 +263,7 @@ class PipeTransport(Transport):
             self._err = (self._err + chunk)[-4000:]
         return self._err[-2000:].decode("utf-8", "replace").strip()
 
-    def close(self) -> None:
+    def _interrupt(self) -> None:
         try:  # EOF on stdin asks the helper to kill the agent's processes and exit
             self.proc.stdin.close()
             self.proc.wait(timeout=2)
@@ -225,6 +278,8 @@ class PipeTransport(Transport):
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+    def _release(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 stream.close()
@@ -250,16 +305,18 @@ class DockerExecTransport(Transport):
 
     def send(self, data: bytes) -> None:
         try:
-            self.sock.sendall(data)
+            with self._in_use():
+                self.sock.sendall(data)
         except OSError as exc:
             raise SandboxDied(f"the sandbox's exec stream is gone ({exc})") from None
 
     def _read_some(self, timeout: float) -> bytes | None:
         out = bytearray()
         while not out:
-            self.sock.settimeout(max(timeout, 0.001))
             try:
-                chunk = self.sock.recv(1 << 20)
+                with self._in_use():
+                    self.sock.settimeout(max(timeout, 0.001))
+                    chunk = self.sock.recv(1 << 20)
             except TimeoutError:
                 return None
             except OSError as exc:
@@ -285,11 +342,13 @@ class DockerExecTransport(Transport):
     def diagnostics(self) -> str:
         return self._err.decode("utf-8", "replace").strip()
 
-    def close(self) -> None:
-        try:
+    def _interrupt(self) -> None:
+        try:  # wakes a reader: its recv returns b''
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def _release(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None and stream is not self.sock:
             try:  # a SocketIO holds a reference that defers the socket's own close
