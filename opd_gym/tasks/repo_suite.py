@@ -33,6 +33,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from opd_gym.tasks.libraries import SCALE_LIBRARIES, library
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.synth import (
     MANIFEST_VERSION,
+    Baseline,
     Mutation,
     Progress,
     Project,
@@ -301,8 +303,16 @@ def sample(tasks: Sequence[Task], per_library: int, seed: int = 0) -> list[Task]
     return out
 
 
+def _few(ids: set[str], most: int = 5) -> str:
+    """Up to `most` of `ids`, sorted, for a message."""
+    shown = sorted(ids)[:most]
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return (", ".join(shown) or "none") + more
+
+
 def revalidate(tasks: Sequence[Task], workers: int = 2) -> list[str]:
-    """Validate `tasks` again from scratch; returns one line per task that no longer holds."""
+    """Validate `tasks` again from scratch; returns one line per task that no longer holds
+    (a problem a second validation repeats; one it does not is a warning)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from opd_gym.sandboxes import make_pool
@@ -316,22 +326,40 @@ def revalidate(tasks: Sequence[Task], workers: int = 2) -> list[str]:
         for name in sorted({t.repo.name for t in tasks if t.repo is not None}):
             bases[name] = baseline(_project(name), pool)
 
-        def check(task: Task) -> str | None:
+        def check_once(task: Task, base: Baseline) -> str | None:
             record = records[task.id]
             project = _project(record["project"])
-            verdict = validate_mutation(project, bases[project.name],
-                                        Mutation(**record["mutation"]), pool, SEED)
+            verdict = validate_mutation(project, base, Mutation(**record["mutation"]), pool,
+                                        SEED)
             if not verdict.kept:
                 return f"{task.id}: {verdict.reason}"
             # which F2P_CAP of a bug's failing tests were listed is an ordering choice (it
             # changed once: tests that can earn first); that each still fails is the check
-            failing = set(bases[project.name].passing) - set(verdict.pass_to_pass)
+            failing = set(base.passing) - set(verdict.pass_to_pass)
             if not set(record["fail_to_pass"]) <= failing \
                     or len(verdict.fail_to_pass) != len(record["fail_to_pass"]):
-                return f"{task.id}: FAIL_TO_PASS changed"
-            if set(verdict.pass_to_pass) != set(record["pass_to_pass"]):
-                return f"{task.id}: PASS_TO_PASS changed"
+                return (f"{task.id}: FAIL_TO_PASS changed (no longer failing: "
+                        f"{_few(set(record['fail_to_pass']) - failing)})")
+            now, was = set(verdict.pass_to_pass), set(record["pass_to_pass"])
+            if now != was:
+                return (f"{task.id}: PASS_TO_PASS changed (lost: {_few(was - now)}; "
+                        f"gained: {_few(now - was)})")
             return None
+
+        def check(task: Task) -> str | None:
+            """A problem that a second validation from scratch (the original suite's runs
+            too) repeats. One that does not is a test whose outcome changed between runs
+            (flaky, under this machine's load), which generation's own rule drops: shown as
+            a warning, not a broken task."""
+            assert task.repo is not None
+            first = check_once(task, bases[task.repo.name])
+            if first is None:
+                return None
+            again = check_once(task, baseline(_project(task.repo.name), pool))
+            if again is None:
+                warnings.warn(f"{first}; not repeated by a second validation (a flaky test)",
+                              RuntimeWarning, stacklevel=1)
+            return again
 
         from tqdm import tqdm
 

@@ -182,12 +182,22 @@ def test_the_fixed_sample_spreads_over_every_library(tasks):
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_fixed_sample_validates_again_in_the_sandbox_image(tasks):
+def test_a_fixed_sample_validates_again_in_the_sandbox_image(tasks, monkeypatch):
     """Each sampled bug still fails its FAIL_TO_PASS, passes its PASS_TO_PASS, is stable over
     3 runs, and the original passes: the same checks that kept it (whole suite: the module's
-    `validate` command)."""
-    problems = revalidate(sample(tasks, SAMPLE_PER_LIBRARY), workers=2)
-    assert problems == []
+    `validate` command). A second validation forgives only what it does not repeat (a flaky
+    outcome): one record given a PASS_TO_PASS test its suite lacks is reported, the test
+    named."""
+    from opd_gym.tasks import repo_suite
+
+    chosen = sample(tasks, SAMPLE_PER_LIBRARY)
+    data = read_manifest(manifest_path())
+    record = next(r for r in data["tasks"] if r["id"] == chosen[0].id)
+    record["pass_to_pass"] = [*record["pass_to_pass"], "tests/test_nowhere.py::test_ghost"]
+    monkeypatch.setattr(repo_suite, "read_manifest", lambda path: data)
+    problems = revalidate(chosen, workers=2)
+    assert problems == [f"{chosen[0].id}: PASS_TO_PASS changed (lost: "
+                        "tests/test_nowhere.py::test_ghost; gained: none)"]
 
 
 @pytest.mark.docker
@@ -346,3 +356,4 @@ def test_earning_tests_are_kept_on_disk_and_recomputed_when_unreadable(tmp_path,
             assert json.loads(stored.read_text()) == [sorted(earning), sorted(holding)]
     finally:
         _earning_tests.cache_clear()
+
