@@ -107,7 +107,7 @@ _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Itera
 
 def _short(text: str, limit: int = 200) -> str:
     """One line of at most `limit` characters (a long value stays readable)."""
-    text = " ".join(text.split())
+    text = re.sub(r"\s*\n\s*", " ", text).strip()  # one line; a value's own spaces stay
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -122,6 +122,30 @@ def _first_line(text: str) -> str:
 def _has_call(node: ast.AST) -> bool:
     """Whether an expression calls anything (a computed side, not a literal)."""
     return any(isinstance(n, ast.Call) for n in ast.walk(node))
+
+
+def _stores_fail(stmt: ast.Assign | ast.AnnAssign) -> bool:
+    """Whether an exception an assignment raised may come from its store, not its value: a
+    target other than a plain name (`obj.attr = v` calls `__setattr__`, `d[k] = v`
+    `__setitem__`, `a, b = v` unpacks), or a value that calls nothing. Then the snippet
+    shows the whole assignment; a bare value would reproduce nothing."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return stmt.value is None or not _has_call(stmt.value) \
+        or not all(isinstance(t, ast.Name) for t in targets)
+
+
+def _absolute_imports(module: ast.Module, path: str) -> None:
+    """Make a test module's relative imports absolute, in place, from its path (`from
+    .._connection import X` in h11/tests/ becomes `from h11._connection import X`): a
+    snippet runs outside the package, as a user's script does."""
+    package = PurePosixPath(path).parent.parts
+    if package[:1] == ("src",):
+        package = package[1:]
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.level and node.level <= len(package):
+            base = list(package[:len(package) - node.level + 1])
+            node.module = ".".join(base + ([node.module] if node.module else []))
+            node.level = 0
 
 
 def _find_test(tree: ast.Module, parts: Sequence[str]) -> ast.FunctionDef | None:
@@ -213,7 +237,43 @@ def _names(node: ast.AST) -> set[str]:
               + [x for x in (n.vararg, n.kwarg) if x is not None]}
     bound |= {n.name for n in ast.walk(node)
               if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
-    return loads - bound
+    # `nonlocal n` in a local def reads the test's n (the snippet makes it `global n`)
+    outer = {name for n in ast.walk(node) if isinstance(n, ast.Nonlocal) for name in n.names}
+    return (loads - bound) | outer
+
+
+def _reads(stmt: ast.AST) -> set[str]:
+    """Names a statement reads before it binds any: an assignment's value may read the
+    name it rebinds (`headers = f(headers)` needs the earlier `headers`)."""
+    if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        read = _names(stmt.value) if stmt.value is not None else set()
+        read |= {n.id for t in targets for n in ast.walk(t)
+                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+            read.add(stmt.target.id)
+        return read
+    return _names(stmt)
+
+
+class _Hoisted(ast.NodeTransformer):
+    """A test's local def as a snippet's top-level one: its `nonlocal` names are the
+    snippet's globals (a `nonlocal` at module level does not compile)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        self.depth += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.depth -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> ast.AST:
+        return ast.Global(names=node.names) if self.depth == 1 else node
 
 
 def _binds(stmt: ast.stmt) -> set[str]:
@@ -275,15 +335,20 @@ class _Resolver:
         self.limit = 12  # lines of a module-level helper worth inlining
 
     def enter(self, chain: Sequence[ast.stmt]) -> None:
-        """Also resolve names from the blocks (loop, with) around the failing statement."""
-        for stmt in chain[:-1]:
+        """Also resolve names from the blocks (loop, with) around the failing statement: from
+        the branch that holds it only (an `if`'s other branch never ran)."""
+        for stmt, inner in zip(chain, chain[1:], strict=False):
             if isinstance(stmt, ast.With | ast.For | ast.If | ast.Try | ast.While):
-                self.scope.extend(s for s in stmt.body if s not in chain)
+                branches = [stmt.body, getattr(stmt, "orelse", []),
+                            getattr(stmt, "finalbody", []),
+                            *(h.body for h in getattr(stmt, "handlers", []))]
+                branch = next((b for b in branches if inner in b), [])
+                self.scope.extend(s for s in branch if s not in chain)
         self.scope.sort(key=lambda s: s.lineno)
 
     def need(self, node: ast.AST, line: int | None = None) -> None:
         """Resolve every name `node` reads, as bound before `line`."""
-        for name in sorted(_names(node)):
+        for name in sorted(_reads(node)):
             self.resolve(name, self.line if line is None else line)
 
     def resolve(self, name: str, line: int) -> None:
@@ -297,9 +362,16 @@ class _Resolver:
                 if name in self.forbidden:
                     self.unresolved.add(name)
                     return
-                if stmt not in self.local:
-                    self.local.append(stmt)
-                    self.need(_Subst(self.params).visit(copy.deepcopy(stmt)), stmt.lineno)
+                self.take(stmt)
+                # what the test did with the object since (`w.write(b"123")` before the
+                # failing `w.write(b"45")`) is part of the reproduction: its state; so is
+                # what it did with objects made from it (`r = Reporter(err)`, then `r.x()`)
+                names, start = {name}, stmt.end_lineno or stmt.lineno
+                for use in before:
+                    if use.lineno > start and names & _reads(use) \
+                            and not isinstance(use, ast.FunctionDef | ast.ClassDef):
+                        self.take(use)
+                        names |= _binds(use)
                 return
         for stmt in self.module.body:
             if isinstance(stmt, ast.Import | ast.ImportFrom) and name in _binds(stmt):
@@ -317,8 +389,9 @@ class _Resolver:
                         or text.count("\n") > self.limit or len(text) > 50 * self.limit:
                     self.unresolved.add(name)
                     return
-                self.local.insert(0, stmt)
-                self.need(stmt)
+                if stmt not in self.local:
+                    self.local.insert(0, stmt)
+                    self.need(stmt)
                 return
         if name in _BUILTINS:
             return
@@ -334,6 +407,13 @@ class _Resolver:
             return
         self.unresolved.add(name)
 
+    def take(self, stmt: ast.stmt) -> None:
+        """Put a statement of the test in the snippet, and what it reads."""
+        if stmt not in self.local:
+            self.local.append(stmt)
+            for name in sorted(_reads(_Subst(self.params).visit(copy.deepcopy(stmt)))):
+                self.resolve(name, stmt.lineno)
+
     def snippet(self, tail: Sequence[str]) -> str:
         """Imports, the needed definitions in source order, then `tail`."""
         lines = list(self.imports)
@@ -341,7 +421,8 @@ class _Resolver:
         if lines and body:
             lines.append("")
         for stmt in body:
-            lines.append(ast.unparse(_Subst(self.params).visit(copy.deepcopy(stmt))))
+            lines.append(ast.unparse(_Hoisted().visit(
+                _Subst(self.params).visit(copy.deepcopy(stmt)))))
             if isinstance(stmt, ast.FunctionDef | ast.ClassDef):
                 lines.append("")
         if lines:
@@ -430,6 +511,7 @@ def _clean(text: str) -> str:
     """A printed value without test-local qualifiers (`test_x.<locals>.`, which would name
     the test) and memory addresses (which differ from run to run)."""
     text = re.sub(r"[\w.]*<locals>\.", "", text)
+    text = re.sub(r"\.\.\.[0-9a-f]{6,}>", "...>", text)  # one pytest cut short: its tail
     return re.sub(r" at 0x[0-9a-f]+", "", text)
 
 
@@ -521,6 +603,7 @@ def find_repro(tests: Mapping[str, str], node_id: str, message: str,
         module = pyast.parse(source)
     except SyntaxError:
         return None
+    _absolute_imports(module, path)
     fn = _find_test(module, name_part.split("::"))
     if fn is None or re.search(r"\bdoctest\.(testmod|testfile|DocTestSuite|run_docstring)",
                                ast.get_source_segment(source, fn) or ""):
@@ -535,6 +618,10 @@ def find_repro(tests: Mapping[str, str], node_id: str, message: str,
         return None
     line = here[-1] if failure.crash and failure.crash[0] == path else here[0]
     chain = _statement_at(fn, line)
+    if len(set(here)) > 1 and chain and any(isinstance(n, ast.Lambda)
+                                             for n in ast.walk(chain[-1])):
+        line = here[0]  # the crash is in a lambda the test defined: its call is the failure
+        chain = _statement_at(fn, line)
     if not chain:
         return None
     inner_def = next((s for s in chain if isinstance(s, ast.ClassDef | ast.FunctionDef)
@@ -597,8 +684,8 @@ def _whole_body(module: ast.Module, fn: ast.FunctionDef, chain: Sequence[ast.stm
         body = body[1:]
     subst = _Subst(params)
     helpers = _self_helpers(module, fn)
-    body = [_SelfHelpers(helpers).visit(_Asserts().visit(subst.visit(copy.deepcopy(s))))
-            for s in body]
+    body = [_Hoisted().visit(_SelfHelpers(helpers).visit(_Asserts().visit(
+        subst.visit(copy.deepcopy(s))))) for s in body]
     used = {n for s in body for n in _names(s)}
     body = [h for name, h in sorted(helpers.items()) if name in used] + body
     tree = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
@@ -677,9 +764,13 @@ def _one(module: ast.Module, fn: ast.FunctionDef, chain: list[ast.stmt],
         if observed is None or expected is None:
             return None
         snippet = call = None
+        if isinstance(target, ast.Name) and kind == "value":
+            target = None  # a variable's value: the statements before made it (the body)
         if target is not None and inner_def is None:
             node = subst.visit(copy.deepcopy(target))
             resolver.need(node)
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+                resolver.resolve(node.target.id, resolver.line)  # `x += v` reads x first
             call = ast.unparse(node)
             if not resolver.unresolved and len(call) <= 400 and "self" not in _names(node):
                 snippet = resolver.snippet([call])
@@ -746,11 +837,20 @@ def _one(module: ast.Module, fn: ast.FunctionDef, chain: list[ast.stmt],
             side = _call_side([subst.visit(copy.deepcopy(x)) for x in pair], hide)
             target = pair[side]
             other = pair[1 - side]
-            if op == "==" and not _has_call(other) and not _names(other):
+            if not any(isinstance(n, ast.Call | ast.Attribute | ast.Subscript)
+                       for n in ast.walk(target)):
+                # a name or a literal cannot raise: the comparison did (`omd == {...}`
+                # calling a broken `__eq__`), so the snippet shows the comparison
+                target = stmt.test if isinstance(stmt, ast.Assert) else ast.Compare(
+                    left=pair[0], ops=[ast.Eq()], comparators=[pair[1]])  # unittest's
+                expected = "it runs without an error"
+            elif op == "==" and not _has_call(other) and not _names(other):
                 value = show(ast.unparse(subst.visit(copy.deepcopy(other))))
                 if value is not None and len(value) <= 160:
                     expected = f"it returns `{value}`"
-        elif isinstance(stmt, ast.Expr | ast.Assign):
+        elif isinstance(stmt, ast.Expr):
+            target = stmt.value
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign) and not _stores_fail(stmt):
             target = stmt.value
         elif isinstance(stmt, ast.Assert):
             target = stmt.test
@@ -909,6 +1009,15 @@ def _snippets(statement: str) -> list[str]:
     return re.findall(r"```[a-z]*\n(.*?)```", statement, flags=re.S)
 
 
+def _inert(stmt: ast.stmt) -> bool:
+    """A statement that reads no name and calls nothing (`'uh oh'`, `x = {'a': 1}`): it
+    cannot reach the library, so a snippet ending there shows no failure."""
+    if not isinstance(stmt, ast.Expr | ast.Assign | ast.AnnAssign):
+        return False
+    return not any(isinstance(n, ast.Call) or isinstance(n, ast.Name)
+                   and isinstance(n.ctx, ast.Load) for n in ast.walk(stmt))
+
+
 def _identifier_like(name: str) -> bool:
     """Whether a bare word is unmistakably the identifier (not an English word)."""
     return "_" in name or any(c.isupper() for c in name[1:]) or any(c.isdigit() for c in name)
@@ -957,6 +1066,25 @@ def statement_problems(statement: str, *, path: str, function: str,
         problems.append("no expected behaviour")
     if not any(s.strip() for s in _snippets(statement)):
         problems.append("no reproduction snippet")
+    address = re.search(r"\b0x[0-9a-f]{6,}|\.\.\.[0-9a-f]{6,}>", prose)
+    if address:
+        problems.append(f"shows a memory address ({address.group(0)!r}), which differs from "
+                        "run to run")
+    for snippet in re.findall(r"```python\n(.*?)```", statement, flags=re.S):
+        try:
+            body = ast.parse(snippet).body
+            compile(snippet, "snippet", "exec")  # what parsing accepts and running does not
+        except (SyntaxError, ValueError) as exc:
+            problems.append(f"the snippet is not valid Python ({getattr(exc, 'msg', exc)})")
+            continue
+        relative = next((n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+                         if isinstance(n, ast.ImportFrom) and n.level), None)
+        if relative is not None:
+            problems.append(f"the snippet imports relatively ({ast.unparse(relative)!r}): "
+                            "it runs only inside the package")
+        if body and _inert(body[-1]):
+            problems.append(f"the snippet's last line reaches no code "
+                            f"({_short(ast.unparse(body[-1]), 60)!r}): it reproduces nothing")
     return sorted(set(problems), key=problems.index)
 
 

@@ -154,6 +154,144 @@ def test_a_doctest_counter_is_never_evidence_but_a_doctest_example_is():
     assert (repro.snippet, repro.observed, repro.expected) == (">>> double(2)", "5", "4")
 
 
+IN_PACKAGE = {"pkg/tests/test_y.py": '''\
+from ..core import Box
+from . import helpers
+
+
+def test_setattr():
+    b = Box(foo='bar')
+    b.values = 'uh oh'
+    assert b.values == 'uh oh'
+
+
+def test_item():
+    b = Box()
+    b['k'] += helpers.one()
+'''}
+
+
+def test_a_failing_store_is_shown_whole_and_imports_are_absolute():
+    """An exception from an assignment's store (`__setattr__`, `__setitem__`) is reproduced by
+    the assignment, never by its bare value (`'uh oh'` alone runs fine); a test module's
+    relative imports become absolute (a snippet runs outside the package)."""
+    repro = find_repro(IN_PACKAGE, "pkg/tests/test_y.py::test_setattr",
+                       "@/workspace/pkg/core.py:9|/workspace/pkg/tests/test_y.py:7|"
+                       "/workspace/pkg/core.py:9\nTypeError: attribute name must be string")
+    assert repro is not None and repro.kind == "raises"
+    assert repro.snippet == "from pkg.core import Box\n\nb = Box(foo='bar')\n\nb.values = 'uh oh'"
+    augmented = find_repro(IN_PACKAGE, "pkg/tests/test_y.py::test_item",
+                           "@/workspace/pkg/core.py:9|/workspace/pkg/tests/test_y.py:13|"
+                           "/workspace/pkg/core.py:9\nKeyError: 'k'")
+    assert augmented is not None
+    assert augmented.snippet.splitlines()[-1] == "b['k'] += helpers.one()"
+    assert "from pkg.tests import helpers" in augmented.snippet
+
+
+STATEFUL = {"tests/test_w.py": '''\
+from lib import Writer, normalize, extend, once
+
+
+def test_writer():
+    w = Writer(5)
+    assert w.write(b"123") == b"123"
+    unrelated = Writer(1)
+    assert w.write(b"45") == b"45"
+
+
+def test_rebinding():
+    headers = normalize([("a", "1")])
+    headers = extend(headers, "b")
+    assert len(headers) == 2
+
+
+def test_branch():
+    w = Writer(5)
+    if OLD:
+        assert old_write(w) == b""
+    else:
+        assert w.write(b"123456") == b""
+
+
+def test_compare():
+    d = normalize([])
+    assert d == {"a": 1}
+
+
+def test_counter():
+    count = 0
+
+    @once
+    def get():
+        nonlocal count
+        count += 1
+        return 42
+
+    assert get() == 42
+'''}
+
+
+def test_what_the_test_did_with_an_object_before_the_failure_is_in_the_snippet():
+    """A writer that fails on its second write needs its first (its state); a name rebound
+    from itself (`headers = extend(headers, ...)`) needs its earlier binding too. Without
+    them the snippet would not fail, or would not run."""
+    repro = find_repro(STATEFUL, "tests/test_w.py::test_writer",
+                       "@/workspace/lib.py:9|/workspace/tests/test_w.py:8|/workspace/lib.py:9\n"
+                       "ValueError: too much data")
+    assert repro is not None
+    assert repro.snippet == ("from lib import Writer\n\nw = Writer(5)\n"
+                             "assert w.write(b'123') == b'123'\n\nw.write(b'45')")
+    rebound = find_repro(STATEFUL, "tests/test_w.py::test_rebinding",
+                         "@/workspace/tests/test_w.py:14\nAssertionError: assert 1 == 2")
+    assert rebound is not None and rebound.snippet.endswith(
+        "headers = normalize([('a', '1')])\nheaders = extend(headers, 'b')\n\nlen(headers)")
+    branch = find_repro(STATEFUL, "tests/test_w.py::test_branch",  # the `if` never ran
+                        "@/workspace/lib.py:9|/workspace/tests/test_w.py:22|/workspace/lib.py:9"
+                        "\nValueError: too much data")
+    assert branch is not None
+    assert branch.snippet == "from lib import Writer\n\nw = Writer(5)\n\nw.write(b'123456')"
+
+
+def test_an_error_from_a_comparison_shows_the_comparison():
+    """`assert d == {...}` raising: a bare name cannot raise, the comparison (`__eq__`) did."""
+    repro = find_repro(STATEFUL, "tests/test_w.py::test_compare",
+                       "@/workspace/lib.py:9|/workspace/tests/test_w.py:27|/workspace/lib.py:9"
+                       "\nIndexError: list index out of range")
+    assert repro is not None and repro.snippet.splitlines()[-1] == "d == {'a': 1}"
+    assert repro.expected == "it runs without an error"
+
+
+def test_a_local_def_with_nonlocal_becomes_a_snippet_that_compiles():
+    """A test's local def hoisted to the snippet's top level: `nonlocal` is `global` there
+    (a module-level `nonlocal` parses but does not compile), and the name is defined."""
+    repro = find_repro(STATEFUL, "tests/test_w.py::test_counter",
+                       "@/workspace/tests/test_w.py:39\nAssertionError: assert <object object> "
+                       "== 42")
+    assert repro is not None
+    compile(repro.snippet, "snippet", "exec")
+    assert "global count" in repro.snippet and "count = 0" in repro.snippet
+
+
+@pytest.mark.parametrize(("snippet", "caught"), [
+    ("from more_itertools import first\n\n'uh oh'", "reaches no code"),
+    ("import more_itertools as mi\n\nx = {'a': [1]}", "reaches no code"),
+    ("from .more import first\n\nfirst([])", "imports relatively"),
+    ("first([)", "not valid Python"),
+])
+def test_the_checker_rejects_a_snippet_that_cannot_reproduce(snippet, caught):
+    statement = GOOD.replace(GOOD.split("```")[1].partition("\n")[2], snippet + "\n")
+    assert statement != GOOD
+    assert any(caught in p for p in problems(statement)), problems(statement)
+
+
+def test_the_checker_rejects_a_memory_address_even_cut_short():
+    """pytest cuts a long repr in its middle (`<built-in me...7f66a8694fc0>`): the address
+    that is left would make the statement differ from run to run."""
+    for shown in ("<object at 0x7f66a8694fc0>", "[<built-in me...7f66a8694fc0>]"):
+        found = problems(GOOD.replace("It returns `[]`", f"It returns `{shown}`"))
+        assert any("memory address" in p for p in found), found
+
+
 ORDINAL_NEGATED = {  # a real mutant of inflection 0.5.1 (an earlier suite's 3e7e9416df)
     "col": 7, "end_col": 35, "end_line": 226, "function": "ordinal", "kind": "negate",
     "line": 226, "original": "number % 100 in (11, 12, 13)", "path": "inflection/__init__.py",
