@@ -1072,7 +1072,7 @@ def statement_problems(statement: str, *, path: str, function: str,
                         "run to run")
     for snippet in re.findall(r"```python\n(.*?)```", statement, flags=re.S):
         try:
-            body = ast.parse(snippet).body
+            body = pyast.parse(snippet).body
             compile(snippet, "snippet", "exec")  # what parsing accepts and running does not
         except (SyntaxError, ValueError) as exc:
             problems.append(f"the snippet is not valid Python ({getattr(exc, 'msg', exc)})")
