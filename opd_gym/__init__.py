@@ -17,6 +17,7 @@ from opd_gym.errors import (
     GradingError,
     ModelError,
     OPDGymError,
+    UnverifiableTaskError,
 )
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
@@ -50,6 +51,7 @@ __all__ = [
     "ConfigError",
     "DatasetError",
     "GradingError",
+    "UnverifiableTaskError",
     "ModelError",
     "OPDGymError",
     "ENV_IDS",

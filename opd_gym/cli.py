@@ -337,6 +337,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         max_tool_output_chars=args.max_tool_output or None,
         setup_cache=args.setup_cache,
         resume=args.resume,
+        verify_tasks=not args.no_verify,
+        skip_unverifiable=args.skip_unverifiable,
         opd=opd is not None,
         opd_options=opd if opd is not None else {},
         tool_format=tool_format,
@@ -540,7 +542,7 @@ def _repo_flags(parser: argparse.ArgumentParser) -> None:
 # change them; any other difference from the run's config.json is refused.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "out", "quiet", "no_report", "log", "episodes", "parallel", "ray", "workers",
-    "episodes_per_worker", "grace", "func", "command",
+    "episodes_per_worker", "grace", "func", "command", "no_verify",
 })
 
 
@@ -756,13 +758,27 @@ def cmd_check_suite(args: argparse.Namespace) -> int:
             print(f"[check-suite] {check.name}: {check.agree}/{check.ids} ids agree",
                   flush=True)
     print(table(checks))
-    bad = [c.name for c in checks if not c.ok]
+    if args.json:
+        _write_json(Path(args.json), {"suites": [c.to_dict() for c in checks]})
+        print(f"[check-suite] per-id verdicts written to {args.json}")
+    bad = [c for c in checks if not c.ok]
     if bad:
-        print(f"{len(bad)} of {len(checks)} suites disagree with plain pytest or got no "
-              f"verdict: {', '.join(bad)}")
+        print(f"{len(bad)} of {len(checks)} suites fail the check (plain pytest's verdicts, and "
+              "a grade of 1.0 with earning tests for the unmodified code):")
+        for check in bad:
+            print(f"  {check.name}: {'; '.join(check.problems)}")
         return 1
-    print(f"{len(checks)} of {len(checks)} suites agree with plain pytest")
+    print(f"{len(checks)} of {len(checks)} suites agree with plain pytest, and the unmodified "
+          "code of each scores 1.0")
     return 0
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """`data` as JSON at `path`, whole or not at all (a temporary file renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+    partial.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    os.replace(partial, path)
 
 
 def _pytest_options(text: str | None) -> list[str]:
@@ -899,6 +915,13 @@ def build_parser() -> argparse.ArgumentParser:
     roll.add_argument("--tasks", default="coding", help=TASKS_HELP)
     roll.add_argument("--schema", choices=SCHEMA_CHOICES, help=SCHEMA_HELP)
     roll.add_argument("--skip-invalid", action="store_true", help=SKIP_HELP)
+    roll.add_argument("--skip-unverifiable", action="store_true",
+                      help="play without the tasks no grade can vouch for (no test could earn: "
+                      "every answer would score 0), saying how many, instead of refusing the "
+                      "run; each task the run plays is calibrated before the first episode")
+    roll.add_argument("--no-verify", action="store_true",
+                      help="start without calibrating the tasks first (an unverifiable task's "
+                      "grades are then infra errors, left out of the summary and exports)")
     _repo_flags(roll)
     _setup_cache_flag(roll)
     roll.add_argument("--task-ids", type=lambda s: s.split(","), help="comma-separated ids")
@@ -1018,6 +1041,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "dependencies, e.g. 'pip install --no-index --find-links /opd-cache "
                         "freezegun'; repeatable")
     _setup_cache_flag(tcheck)
+    tcheck.add_argument("--json", metavar="FILE",
+                        help="also write every id's verdicts (plain pytest's, the grader's, "
+                        "the scoring rule that decided whether it earns) and each suite's "
+                        "figures to FILE")
     tcheck.add_argument("--pytest-options", metavar="OPTIONS",
                         help="options the project passes outside its pytest config (tox's "
                         "command line, CI scripts), e.g. --pytest-options=--doctest-modules")

@@ -8,6 +8,7 @@ grading, reward) live in `opd_gym.episode`; everything a wrapper needs travels i
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from opd_gym.episode import (  # noqa: F401  (end reasons, re-exported for old i
     Episode,
     EpisodeSettings,
 )
-from opd_gym.errors import ConfigError
+from opd_gym.errors import ConfigError, UnverifiableTaskError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
@@ -75,6 +76,14 @@ class CodingEnv(gym.Env[str, Any]):
             setup steps build its environment image offline (sdists, wheels); default: the
             pinned sdists `scripts/setup.sh` keeps (`$OPD_GYM_SDISTS`, else
             `~/.cache/opd_gym/sdists`).
+        verify_tasks: calibrate each task before its first episode (as its first grade would)
+            and refuse one no grade can vouch for (no test could earn, or its calibration
+            fails) with `UnverifiableTaskError`, instead of playing an episode every answer of
+            which scores 0. Off by default: such a grade is then an infra error
+            (`GradeReport.unverifiable`), masked in rows, summaries and exports.
+        skip_unverifiable: with `verify_tasks`, draw another task instead of refusing
+            (`unverifiable` maps each task skipped to why); a task asked for by id is still
+            refused.
     """
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -101,6 +110,8 @@ class CodingEnv(gym.Env[str, Any]):
         image_budget: int | str = DEFAULT_BUDGET,
         max_tool_output_chars: int | None = DEFAULT_TOOL_OUTPUT_CHARS,
         setup_cache: str | os.PathLike[str] | None = None,
+        verify_tasks: bool = False,
+        skip_unverifiable: bool = False,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be one of {self.metadata['render_modes']} "
@@ -121,9 +132,12 @@ class CodingEnv(gym.Env[str, Any]):
         if self.setup_cache is not None and not self.setup_cache.is_dir():
             raise ConfigError(f"setup_cache {str(setup_cache)!r} is not a folder (it holds "
                               "what setup steps install from, mounted at /opd-cache)")
+        self.verify_tasks, self.skip_unverifiable = bool(verify_tasks), bool(skip_unverifiable)
+        self.unverifiable: dict[str, str] = {}  # task id -> why (verify_tasks), once checked
+        self._verified: set[str] = set()
+        self._setup_lock = threading.Lock()
         self._images: ImageCache | None = None
         self._built: dict[EnvironmentSpec, str] = {}  # spec -> tag, once ensured here
-        self._image_graders: dict[str, Grader] = {}
         self.episode: Episode | None = None
         self._printed = 0
         self._closed = False
@@ -134,11 +148,7 @@ class CodingEnv(gym.Env[str, Any]):
         if self._closed:
             raise RuntimeError("this environment is closed")
         self._end_episode()
-        task = pick_task(self.tasks, options or {}, self.np_random)
-        if self.pool is None:
-            self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
-        if self.grader is None:
-            self.grader = Grader(self.pool)
+        task = self._verified_task(options or {})
         pool, grader = self._pool_for(task)
         self.episode = Episode(task, pool, self.settings, grader)
         self._printed = 0
@@ -177,10 +187,59 @@ class CodingEnv(gym.Env[str, Any]):
         self.pool = None
         super().close()
 
+    def verify(self, task_ids: Sequence[str] | None = None) -> dict[str, str]:
+        """Which of the tasks (all, or those of `task_ids`) no grade can vouch for, and why:
+        {task id: reason}, empty when every one can. Each task is calibrated once (its
+        environment image built where it has one), the work its first grade would do."""
+        wanted = None if task_ids is None else set(task_ids)
+        found: dict[str, str] = {}
+        for task in self.tasks:
+            if wanted is None or task.id in wanted:
+                why = self._unverifiable(task)
+                if why:
+                    found[task.id] = why
+        return found
+
+    def _unverifiable(self, task: Task) -> str:
+        """Why `task` cannot be verified ("": it can), calibrated once (thread-safe: a run
+        checks its tasks in threads; pools and images are made under the env's lock)."""
+        if task.id not in self._verified:
+            with self._setup_lock:
+                grader = self._pool_for(task)[1]
+            why = grader.unverifiable(task)
+            with self._setup_lock:
+                self._verified.add(task.id)
+                if why:
+                    self.unverifiable[task.id] = why
+        return self.unverifiable.get(task.id, "")
+
+    def _verified_task(self, options: Mapping[str, Any]) -> Task:
+        """The episode's task (`pick_task`); with `verify_tasks`, one a grade can vouch for:
+        an unverifiable one is refused, or with `skip_unverifiable` another one drawn."""
+        task = pick_task(self.tasks, options, self.np_random)
+        if not self.verify_tasks:
+            return task
+        named = options.get("task") is not None or options.get("task_id") is not None
+        while self._unverifiable(task):
+            if named or not self.skip_unverifiable:
+                raise UnverifiableTaskError(
+                    {task.id: self.unverifiable[task.id]},
+                    hint="" if named else " (skip_unverifiable=True draws another task)")
+            left = [t for t in self.tasks if t.id not in self.unverifiable]
+            if not left:
+                raise UnverifiableTaskError(dict(self.unverifiable), total=len(self.tasks))
+            task = pick_task(left, {}, self.np_random)
+        return task
+
     def _pool_for(self, task: Task) -> tuple[SandboxPool, Grader]:
         """The warm pool and grader of the image `task` runs in (its own environment image,
-        built on first use, for a repository task with one; else the env's pool)."""
-        assert self.pool is not None and self.grader is not None
+        built on first use, for a repository task with one; else the env's pool). The pools
+        and the env's grader are made here on first use (not in __init__: a vector env's
+        throwaway copy starts nothing)."""
+        if self.pool is None:
+            self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
+        if self.grader is None:
+            self.grader = Grader(self.pool)
         where = environment(task, self.setup_cache)
         if where is None:
             return self.pool, self.grader
@@ -195,9 +254,9 @@ class CodingEnv(gym.Env[str, Any]):
         else:
             tag = where
         pool = self.pool.with_image(tag)
-        if tag not in self._image_graders:
-            self._image_graders[tag] = Grader(pool)
-        return pool, self._image_graders[tag]
+        # the image pool's grader derives from the env's (a run's, shared by its slots): one
+        # calibration per task, whichever env plays it
+        return pool, self.grader.for_sandboxes(pool)
 
     def _end_episode(self) -> None:
         if self.episode is not None:

@@ -45,11 +45,26 @@ class CalibrationError(GradingError):
         return bool(self.fields.get("infra_error", False))
 
 
+class UnverifiableTaskError(GradingError, ValueError):
+    """Tasks the grader cannot vouch for (no test could earn, or their calibration fails),
+    refused before an episode plays them: every grade of such a task would be a 0 that says
+    nothing of the answer. `reasons` maps each task id to why."""
+
+    def __init__(self, reasons: dict[str, str], total: int | None = None,
+                 hint: str = "") -> None:
+        self.reasons = dict(reasons)
+        shown = "; ".join(f"{task}: {why}" for task, why in list(self.reasons.items())[:3])
+        more = f"; ... {len(self.reasons) - 3} more" if len(self.reasons) > 3 else ""
+        of = f" of {total}" if total is not None else ""
+        super().__init__(f"{len(self.reasons)}{of} task(s) cannot be verified, so every answer "
+                         f"would score 0: {shown}{more}{hint}")
+
+
 class ModelError(OPDGymError, RuntimeError):
     """A model backend (policy, judge or teacher) failed or is unavailable."""
 
 
 __all__ = [
     "CalibrationError", "ConfigError", "DatasetError", "GradingError", "ModelError",
-    "OPDGymError",
+    "OPDGymError", "UnverifiableTaskError",
 ]

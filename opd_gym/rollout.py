@@ -12,6 +12,7 @@ either way, computed from every row of the run.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -41,6 +42,7 @@ from opd_gym.runs.core import (
 )
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
 from opd_gym.runs.progress import Progress
+from opd_gym.runs.verify import verified_task_ids
 from opd_gym.tasks.resolve import resolve_tasks
 
 CANCEL_WAIT_S = 30.0  # after cancelling, how long the runner waits for episodes to return
@@ -83,6 +85,13 @@ def run_rollout(
     stop = Interrupt(grace, running=lambda: len(running))
     pool = specs.make_pool(config.sandbox, size=max(2, config.parallel + 1))
     grader = Grader(pool)  # one per run: each task is calibrated once, whatever the slot
+    if config.verify_tasks and todo:  # before the first episode: no task that pays every 0
+        try:
+            task_ids = verified_task_ids(config, tasks, task_ids, todo, pool=pool,
+                                         grader=grader, say=_say)
+        except BaseException:
+            pool.close()
+            raise
     owned: list[Any] = []  # what this job built from specs; closed in the finally below
     queue = deque(todo)
     bar = Progress(len(todo), progress)
@@ -151,6 +160,10 @@ def run_rollout(
     if aborted:
         raise KeyboardInterrupt
     return summary
+
+
+def _say(message: str) -> None:
+    print(f"opd-gym rollout: {message}", file=sys.stderr, flush=True)
 
 
 def _wait(threads: list[threading.Thread], stop: Interrupt, pool: Any) -> None:

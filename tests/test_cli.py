@@ -379,3 +379,50 @@ def test_sandbox_build_for_tasks_reports_what_the_tasks_need(tmp_path, capsys):
     assert "environment images ready:" in out and ("1 built" in out or "1 already here" in out)
     _build_environments(tasks, DockerEngine(), 20 << 30, quiet=True)
     assert "0 built, 1 already here" in capsys.readouterr().out
+
+
+UNVERIFIABLE_TASKS = [  # a task whose every test the untouched starter passes, and a good one
+    {"id": "gate-only", "prompt": "Write add(a, b).",
+     "files": {"calc.py": "def add(a, b):\n    return a + b\n"},
+     "tests": {"test_calc.py": "from calc import add\n\ndef test_add():\n"
+                               "    assert add(1, 2) == 3\n"},
+     "solution": {"calc.py": "def add(a, b):\n    return a + b\n"}},
+    {"id": "good", "prompt": "Write add(a, b).",
+     "files": {"calc.py": "def add(a, b):\n    raise NotImplementedError\n"},
+     "tests": {"test_calc.py": "from calc import add\n\ndef test_add():\n"
+                               "    assert add(1, 2) == 3\n\ndef test_neg():\n"
+                               "    assert add(-1, -2) == -3\n\ndef test_zero():\n"
+                               "    assert add(0, 0) == 0\n"},
+     "solution": {"calc.py": "def add(a, b):\n    return a + b\n"}},
+]
+
+
+def test_a_task_no_grade_can_vouch_for_is_refused_before_the_first_episode(tmp_path):
+    """No silent zeros through the CLI: the run calibrates the tasks it plays first and
+    refuses one whose every answer would score 0 (naming it and why, nothing written);
+    `--skip-unverifiable` plays without it and says so; `--no-verify` plays it, and its grade
+    is an infra error the summary leaves out."""
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in UNVERIFIABLE_TASKS))
+    common = ["rollout", "--tasks", str(path), "--sandbox", "local", "--no-opd",
+              "--episodes", "2", "--quiet", "--no-report"]
+    refused = opd_gym(*common, "--out", str(tmp_path / "refused"))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert "1 of 2 task(s) cannot be verified" in refused.stderr
+    assert "gate-only: the task cannot be verified" in refused.stderr
+    assert "starter-passes 1" in refused.stderr and "--skip-unverifiable" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    skipped = opd_gym(*common, "--skip-unverifiable", "--out", str(tmp_path / "skipped"))
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    assert "skipping 1 of 2 task(s) that cannot be verified" in skipped.stderr
+    rows = read_trajectories(tmp_path / "skipped" / "trajectories.jsonl")
+    assert [r["task_id"] for r in rows] == ["good", "good"]
+    assert all(r["grade"]["score"] == 1.0 for r in rows)
+    unchecked = opd_gym(*common, "--no-verify", "--out", str(tmp_path / "unchecked"))
+    assert unchecked.returncode == 0, unchecked.stderr[-2000:]
+    rows = {r["task_id"]: r for r in read_trajectories(tmp_path / "unchecked"
+                                                       / "trajectories.jsonl")}
+    assert rows["gate-only"]["grade"]["unverifiable"] is True
+    assert rows["gate-only"]["grade"]["infra_error"] is True
+    summary = json.loads((tmp_path / "unchecked" / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["infra_errors"] == 1

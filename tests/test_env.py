@@ -322,3 +322,30 @@ def test_hostile_arguments_never_raise(toy_task):
         assert outputs[-1] == "big\n[exit code: 0]"
     finally:
         env.close()
+
+
+def test_verify_tasks_refuses_or_skips_a_task_no_grade_can_vouch_for(toy_task):
+    """`verify_tasks=True`: a task is calibrated before its episode; one whose every test the
+    untouched starter passes (no test can earn) is refused with UnverifiableTaskError naming
+    it, or with `skip_unverifiable` another task is drawn; one asked for by id is refused."""
+    import dataclasses
+
+    from opd_gym.errors import UnverifiableTaskError
+
+    passing = dataclasses.replace(toy_task, id="all-gates", files=dict(toy_task.solution))
+    with gym.make("opd_gym/Coding-v0", tasks=[passing, toy_task], sandbox="local",
+                  pool_size=1, verify_tasks=True) as env:
+        assert env.unwrapped.verify() == {"all-gates": env.unwrapped.unverifiable["all-gates"]}
+        assert "starter-passes" in env.unwrapped.unverifiable["all-gates"]
+        with pytest.raises(UnverifiableTaskError, match="all-gates: the task cannot be verified"):
+            env.reset(options={"task_id": "all-gates"})
+        env.reset(options={"task_id": toy_task.id})  # a verifiable one plays
+    with gym.make("opd_gym/Coding-v0", tasks=[passing, toy_task], sandbox="local",
+                  pool_size=1, verify_tasks=True, skip_unverifiable=True) as env:
+        for seed in range(4):
+            env.reset(seed=seed)
+            assert env.unwrapped.task.id == toy_task.id
+    with gym.make("opd_gym/Coding-v0", tasks=[passing], sandbox="local", pool_size=1,
+                  verify_tasks=True, skip_unverifiable=True) as env:
+        with pytest.raises(UnverifiableTaskError, match="1 of 1 task"):
+            env.reset(seed=0)

@@ -41,8 +41,12 @@ class TurnExample:
 
 
 def examples(run_dir: str | Path) -> Iterator[list[TurnExample]]:
-    """Per finished episode, its turns that carry an OPD record (episodes without are skipped)."""
+    """Per finished episode, its turns that carry an OPD record (episodes without are skipped,
+    and so are those graded with an infra error, an unverifiable task's among them: their
+    reward says nothing of the answer)."""
     for row in RunDirectory(run_dir).require().rows():
+        if row.infra_error:
+            continue
         turns = {t["index"]: t for t in row.turns if "index" in t}
         group = []
         for record in row.records():
@@ -110,6 +114,10 @@ def export_run(
     target = (
         Path(out) if out else base / f"export-{fmt}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
     )
+    masked = sum(row.infra_error for row in RunDirectory(run).require().rows())
+    if masked and note is not None:
+        note(f"{masked} episode(s) graded with an infra error (an unverifiable task, or our "
+             "machinery failing) left out: their reward is no verdict on the answer")
     groups = _inexact(list(examples(run)), fmt, run, reconstructed, note)
     _check_required(fmt, groups, run)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

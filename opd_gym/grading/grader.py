@@ -71,6 +71,7 @@ from opd_gym.grading.expected import (
 from opd_gym.grading.in_process import imports_any
 from opd_gym.grading.once import run_once
 from opd_gym.grading.report import PASSING, GradeReport
+from opd_gym.grading.rules import canary_failed
 from opd_gym.grading.sentinel import (
     Placed,
     SentinelSite,
@@ -166,9 +167,10 @@ def solution_modules(task: Task) -> frozenset[str]:
 
 
 # The stored calibrations' format: bumped when Calibration's fields or the rules deciding them
-# change (in_process: 2; second: 3), so a store written by an older version is calibrated
-# again, not read with a new field at its default.
-CALIBRATION_FORMAT = 3
+# change (in_process: 2; second: 3; a canary that errored on the reference is invalid: 4), so
+# a store written by an older version is calibrated again, not read with a new field at its
+# default.
+CALIBRATION_FORMAT = 4
 
 
 def runs_in_process(task: Task) -> bool:
@@ -323,6 +325,7 @@ class Grader:
         self._prepared: OrderedDict[str, tuple[Calibration, tuple[bool, bool],
                                                Future[_Layout]]] = OrderedDict()
         self._preparing: ThreadPoolExecutor | None = None
+        self._children: dict[int, Grader] = {}  # for_sandboxes: {id(source): its Grader}
 
     # -- public -------------------------------------------------------------------------
     def grade(self, task: Task, files: Mapping[str, bytes]) -> GradeReport:
@@ -398,6 +401,40 @@ class Grader:
             with self._lock:
                 self._calibrations[key] = done
             return done
+
+    def unverifiable(self, task: Task) -> str:
+        """Why no grade of `task` can vouch for an answer ("" where one can): no test could
+        earn under its calibration (`rules`), or its calibration fails. Calibrates the task
+        (once, cached), as its first grade would: a run asks this before its first episode
+        (`opd-gym rollout`, `CodingEnv(verify_tasks=True)`), so that such a task is refused
+        instead of paying every answer 0."""
+        if not self._expected(task)[0]:
+            return "the task defines no hidden tests"
+        try:
+            calibration = self.calibration(task)
+        except CalibrationError as failed:
+            return failed.reason or "its calibration failed"
+        if calibration.calibrated:
+            return "" if calibration.earning else calibration.unverifiable()
+        # no reference solution: what earns is read from the canaries and the starter alone
+        expected = self._expected(task)[0]
+        return "" if any(calibration.earns(i) for i in expected) \
+            else calibration.unverifiable()
+
+    def for_sandboxes(self, sandboxes: SandboxSource) -> Grader:
+        """A Grader like this one (secret, store, settings) on other sandboxes (an environment
+        image's pool), made once per source and kept: envs and run slots sharing this Grader
+        share those calibrations too."""
+        if sandboxes is self.sandboxes:
+            return self
+        with self._lock:
+            child = self._children.get(id(sandboxes))
+            if child is None or child.sandboxes is not sandboxes:
+                child = Grader(sandboxes, output_chars=self.output_chars, hold=self.hold,
+                               once=self.once, single_run=self.single_run,
+                               secret=self._secret, calibrations=self._store)
+                self._children[id(sandboxes)] = child
+            return child
 
     # -- internals ------------------------------------------------------------------------
     def _grade_layout(self, task: Task, calibration: Calibration,
@@ -499,7 +536,7 @@ class Grader:
             raise _Failed(reason=f"calibration: the reference solution's run failed "
                                  f"({ref_run.reason}){_collection_errors(ref_run)}",
                           infra_error=True, output=ref_run.output)
-        invalid = frozenset(i for i, o in ref_run.canary.items() if o in PASSING)
+        invalid = frozenset(i for i, o in ref_run.canary.items() if not canary_failed(o))
         neutral = frozenset(i for i, (o, _) in ref_run.real.items() if o not in PASSING)
         canaries, invalid = self._redraw(task, reference, seed, canaries, ref_run, invalid,
                                          neutral | starter_passed | null_passed)
@@ -733,7 +770,7 @@ class Grader:
                 chosen[test] = canary
                 invalid_now.difference_update(nodes[test])
                 invalid_now.update(n for n, o in zip(nodes[test], outcomes, strict=True)
-                                   if o in PASSING)
+                                   if not canary_failed(o))
                 judged.append(test)
             need = [t for t in need if t in kept.canaries and (t not in judged or stuck(t))]
         return dataclasses.replace(canaries, canaries=chosen), frozenset(invalid_now)

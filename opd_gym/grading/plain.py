@@ -104,13 +104,20 @@ def _longrepr_text(longrepr: object) -> str:
     return "\n".join(dict.fromkeys(lines)) or str(longrepr)
 
 
+# the outcome of an id several items report under (a custom collector's): the worst of theirs;
+# it passes only when every item passed
+WORST_FIRST = ("failed", "error", "skipped", "xfailed", "xpassed", "passed")
+
+
 def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
     """pytest's own per-test outcome from its report log, and the failed collections.
 
     A failed or errored setup is "error"; a failed call is "failed" whatever teardown did; a
-    passed call with a failed teardown is "error"; xfail/xpass as pytest reports them.
+    passed call with a failed teardown is "error"; xfail/xpass as pytest reports them. Several
+    items reported under one node id give the id the worst of their outcomes (WORST_FIRST).
     """
-    phases: dict[str, dict[str, dict]] = {}
+    items: list[tuple[str, dict[str, dict]]] = []  # one entry per item run, in order
+    open_item: dict[str, dict[str, dict]] = {}
     collect_errors: dict[str, str] = {}
     for line in lines:
         if not line.strip():
@@ -121,10 +128,17 @@ def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[
             text = _longrepr_text(entry.get("longrepr"))  # its head, and its tail: the error
             collect_errors[entry["nodeid"]] = text if len(text) <= 500 else \
                 f"{text[:150]} ... {text[-350:]}"
-        elif kind == "TestReport":
-            phases.setdefault(entry["nodeid"], {})[entry["when"]] = entry
+        elif kind == "TestReport":  # setup .. teardown of one item; an id may have several
+            nodeid = entry["nodeid"]
+            seen = open_item.get(nodeid)
+            if seen is None or entry["when"] in seen:
+                seen = open_item[nodeid] = {}
+                items.append((nodeid, seen))
+            seen[entry["when"]] = entry
+            if entry["when"] == "teardown":
+                del open_item[nodeid]
     outcomes: dict[str, str] = {}
-    for nodeid, seen in phases.items():
+    for nodeid, seen in items:
         setup, call, teardown = seen.get("setup"), seen.get("call"), seen.get("teardown")
         if setup is not None and setup["outcome"] == "failed":
             outcome = "error"
@@ -141,7 +155,10 @@ def outcomes_from_reportlog(lines: Sequence[str]) -> tuple[dict[str, str], dict[
         if outcome in {"passed", "xpassed"} and teardown is not None \
                 and teardown["outcome"] == "failed":
             outcome = "error"
-        outcomes[nodeid] = outcome
+        # several items under one id: pytest reports the id FAILED when any of them failed
+        if nodeid not in outcomes or WORST_FIRST.index(outcome) < WORST_FIRST.index(
+                outcomes[nodeid]):
+            outcomes[nodeid] = outcome
     return outcomes, collect_errors
 
 

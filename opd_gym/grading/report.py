@@ -3,11 +3,12 @@
 `GradeReport` is what the env, the rewards and the exports read; `TestOutcome` is one hidden
 test's result. Both are plain frozen data, built by the grader from the harness's verdict.
 
-Scoring (see docs/threat-model.md): a test EARNS when it has a valid canary and the untouched
-starter fails it; every other test is a GATE, which must pass but earns nothing. The score is
-the fraction of earning tests passed; it is 0 when a gate fails, when a test passed with its
-valid canary (`forgery`), when the run failed (`reason`), or when the task has no earning test
-at all.
+Scoring (see docs/threat-model.md): whether a test EARNS or is a GATE (it must pass but earns
+nothing) is decided once per task by its calibration, and each test's `rule` names the row of
+`opd_gym.grading.rules.RULES` that decided. The score is the fraction of earning tests passed;
+it is 0 when a gate fails, when a test passed with its valid canary (`forgery`) or when the run
+failed (`reason`). A task with no earning test at all cannot be verified: its grade is an infra
+error (`unverifiable`), never a 0 a trainer would learn from.
 Skipped and xfailed tests neither earn nor fail when the reference solution's run skips or
 xfails them too; otherwise a skip or xfail counts as not passed. An xpass counts as a pass.
 """
@@ -26,7 +27,8 @@ class TestOutcome:
     """One hidden test: `outcome` is one of OUTCOMES.
 
     `earns` is True for a test that counts toward the score (else it is a gate, or neutral
-    when `neutral`); `canary` is the outcome of its canary twin ("" when it has none).
+    when `neutral`); `canary` is the outcome of its canary twin ("" when it has none); `rule`
+    names the scoring rule that decided (`opd_gym.grading.rules`; "" where none was applied).
     """
 
     __test__ = False  # not a pytest test class
@@ -37,6 +39,7 @@ class TestOutcome:
     earns: bool = True
     canary: str = ""
     neutral: bool = False
+    rule: str = ""
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,8 @@ class GradeReport:
     `earning` and `earned` count the earning tests and those passed; `gates_failed` names
     failing gates; `canaried` counts the tests with a valid canary; `calibrated` says the
     canaries were validated with the reference solution and the gates taken from the starter's
-    run.
+    run. `unverifiable`: the task has no earning test, so no grade of it says anything about
+    the code (an infra error too: masked in rows, summaries and exports).
     """
 
     task_id: str
@@ -73,6 +77,7 @@ class GradeReport:
     earned: int = 0
     canaried: int = 0
     calibrated: bool = False
+    unverifiable: bool = False
 
     @property
     def total(self) -> int:

@@ -32,7 +32,8 @@ from opd_gym.grading.plain import (
     put_files,
     run_plain,
 )
-from opd_gym.grading.report import GradeReport
+from opd_gym.grading.report import GradeReport, TestOutcome
+from opd_gym.grading.rules import BY_NAME
 from opd_gym.tasks.model import Task
 from opd_gym.tasks.pytest_config import (
     PytestConfig,
@@ -54,8 +55,30 @@ class Grades(Protocol):
 
 
 @dataclass(frozen=True)
+class IdVerdict:
+    """One test id: plain pytest's outcome, the grader's, and the scoring rule's role for it
+    (earns, gate or neutral: `opd_gym.grading.rules`) with the rule's name and sentence."""
+
+    nodeid: str
+    plain: str
+    grader: str
+    role: str = ""
+    rule: str = ""
+    why: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"id": self.nodeid, "plain": self.plain, "grader": self.grader,
+                "agree": self.plain == self.grader, "role": self.role, "rule": self.rule,
+                "why": self.why}
+
+
+@dataclass(frozen=True)
 class SuiteCheck:
-    """One project's verdicts under plain pytest and under the grader, compared id by id."""
+    """One project's verdicts under plain pytest and under the grader, compared id by id.
+
+    `score` is the unmodified code's grade (None where no grade ran): an honest suite must
+    get 1.0 with at least one earning test, or the grader would pay a correct answer less
+    than it is worth (`problems` says so, and `ok` is False)."""
 
     name: str
     ids: int
@@ -70,15 +93,66 @@ class SuiteCheck:
     notes: tuple[str, ...] = ()
     forgery: tuple[str, ...] = ()
     calibrate_s: float = 0.0  # the task's calibration, paid once per task and Grader
+    score: float | None = None
+    reason: str = ""  # the grade's reason where it has one (why the score is below 1.0)
+    gates_failed: tuple[str, ...] = ()
+    verdicts: tuple[IdVerdict, ...] = ()
 
     @property
     def fraction(self) -> float:
         return self.agree / self.ids if self.ids else 0.0
 
     @property
-    def ok(self) -> bool:
+    def agrees(self) -> bool:
+        """The grader's outcomes match plain pytest's on (at least AGREEMENT of) the ids."""
         return (self.ids > 0 and not self.infra_error and not self.forgery
                 and self.agree >= AGREEMENT * self.ids)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Why this check fails, one sentence each (empty: it passes)."""
+        found = []
+        if self.ids == 0 or self.infra_error:
+            found.append(f"no verdict: {self.infra_error or 'no test ran'}")
+        if self.forgery:
+            found.append(f"honest code flagged as a forgery: {', '.join(self.forgery[:5])}")
+        if self.ids and not self.infra_error and self.agree < AGREEMENT * self.ids:
+            found.append(f"{self.ids - self.agree} of {self.ids} ids disagree with plain "
+                         "pytest")
+        if self.score is not None and not self.infra_error:
+            if self.earning == 0:
+                found.append("no test could earn: every grade of this suite would be 0 (an "
+                             f"unverifiable task){': ' + self.reason if self.reason else ''}")
+            elif self.score < 1.0:
+                why = self.reason or (f"gates failed: {', '.join(self.gates_failed[:3])}"
+                                      if self.gates_failed else "")
+                found.append(f"the unmodified code scores {self.score:.3f}, not 1.0"
+                             f"{': ' + why if why else ''}")
+        return tuple(found)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON: the figures, the problems and every id's verdicts."""
+        return {"name": self.name, "ids": self.ids, "agree": self.agree, "score": self.score,
+                "earning": self.earning, "ok": self.ok, "problems": list(self.problems),
+                "reason": self.reason, "infra_error": self.infra_error,
+                "forgery": list(self.forgery), "gates_failed": list(self.gates_failed),
+                "plain_s": self.plain_s, "grade_s": self.grade_s,
+                "calibrate_s": self.calibrate_s, "config": self.config,
+                "shapes": list(self.shapes), "notes": list(self.notes),
+                "rules": self.rule_counts(),
+                "tests": [v.to_dict() for v in self.verdicts]}
+
+    def rule_counts(self) -> dict[str, int]:
+        """How many ids each scoring rule decided (its name: count), most first."""
+        counts: dict[str, int] = {}
+        for verdict in self.verdicts:
+            if verdict.rule:
+                counts[verdict.rule] = counts.get(verdict.rule, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 @dataclass(frozen=True)
@@ -346,21 +420,36 @@ def check_project(project: SuiteProject, grader: Grades, image: str, *,
     started = time.perf_counter()
     report = grader.grade(task, workspace)
     grade_s = time.perf_counter() - started
-    graded = {t.name: t.outcome for t in report.tests}
-    wrong = tuple(f"{nodeid}: plain={want} grader={graded.get(display_name(nodeid), 'missing')}"
-                  for nodeid, want in sorted(reference.outcomes.items())
-                  if graded.get(display_name(nodeid)) != want)
-    infra = report.reason if report.infra_error else ""
+    graded = {t.name: t for t in report.tests}
+    verdicts = tuple(_verdict(nodeid, want, graded.get(display_name(nodeid)))
+                     for nodeid, want in sorted(reference.outcomes.items()))
+    wrong = tuple(f"{v.nodeid}: plain={v.plain} grader={v.grader}" for v in verdicts
+                  if v.plain != v.grader)
+    # an unverifiable grade is flagged an infra error, but it is the suite's verdict: shown
+    # as the score and "no test could earn", not as a failure of the machinery
+    infra = report.reason if report.infra_error and not report.unverifiable else ""
     return SuiteCheck(ids=len(reference.outcomes), agree=len(reference.outcomes) - len(wrong),
                       disagreements=wrong, infra_error=infra, grade_s=grade_s,
                       calibrate_s=calibrate_s,
                       earning=report.earning,
                       shapes=tuple(shapes(project, list(reference.outcomes), hidden)),
-                      forgery=tuple(report.forgery), **base)
+                      forgery=tuple(report.forgery), score=report.score,
+                      reason=report.reason, gates_failed=tuple(report.gates_failed),
+                      verdicts=verdicts, **base)
 
 
-HEADER = ("suite", "ids", "agree", "plain s", "grade s", "x plain", "calibrate s", "earning",
-          "config", "shapes")
+def _verdict(nodeid: str, plain: str, graded: TestOutcome | None) -> IdVerdict:
+    if graded is None:
+        return IdVerdict(nodeid, plain, "missing")
+    rule = BY_NAME.get(graded.rule)
+    role = rule.role if rule is not None else (
+        "earns" if graded.earns else "neutral" if graded.neutral else "gate")
+    return IdVerdict(nodeid, plain, graded.outcome, role, graded.rule,
+                     rule.says if rule is not None else "")
+
+
+HEADER = ("suite", "ids", "agree", "score", "earning", "plain s", "grade s", "x plain",
+          "calibrate s", "config", "shapes")
 
 
 def table(checks: Sequence[SuiteCheck]) -> str:
@@ -369,8 +458,9 @@ def table(checks: Sequence[SuiteCheck]) -> str:
     for c in checks:
         agree = f"{c.agree} ({100 * c.fraction:.1f}%)" if not c.infra_error else "no verdict"
         ratio = f"{c.grade_s / c.plain_s:.2f}" if c.plain_s > 0 and c.grade_s > 0 else "-"
-        rows.append((c.name, str(c.ids), agree, f"{c.plain_s:.1f}", f"{c.grade_s:.1f}", ratio,
-                     f"{c.calibrate_s:.1f}", str(c.earning), c.config,
+        score = "-" if c.score is None or c.infra_error else f"{c.score:.3f}"
+        rows.append((c.name, str(c.ids), agree, score, str(c.earning), f"{c.plain_s:.1f}",
+                     f"{c.grade_s:.1f}", ratio, f"{c.calibrate_s:.1f}", c.config,
                      ", ".join(c.shapes) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER) - 1)]
     lines = []
@@ -382,10 +472,12 @@ def table(checks: Sequence[SuiteCheck]) -> str:
     for c in checks:
         for note in c.notes:
             lines.append(f"{c.name}: note: {note}")
-        if c.infra_error:
-            lines.append(f"{c.name}: no verdict: {c.infra_error}")
-        if c.forgery:
-            lines.append(f"{c.name}: honest code flagged: {', '.join(c.forgery[:5])}")
+        if c.verdicts and not c.infra_error:
+            rules = ", ".join(f"{name} {n}" for name, n in c.rule_counts().items())
+            lines.append(f"{c.name}: rules: {rules}")
+        for problem in c.problems:
+            if not problem.endswith("disagree with plain pytest"):
+                lines.append(f"{c.name}: {problem}")
         for line in c.disagreements[:10]:
             lines.append(f"{c.name}: {line}")
         if len(c.disagreements) > 10:
@@ -393,5 +485,5 @@ def table(checks: Sequence[SuiteCheck]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["AGREEMENT", "SuiteCheck", "SuiteProject", "check_project", "hidden_files",
+__all__ = ["AGREEMENT", "IdVerdict", "SuiteCheck", "SuiteProject", "check_project", "hidden_files",
            "is_test_module", "prepare", "render_ini", "shapes", "suite_task", "table"]

@@ -8,7 +8,9 @@ is which never left the host (see canary.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,6 +22,7 @@ from opd_gym.grading.computed import Recorded
 from opd_gym.grading.expected import base_id, display_name
 from opd_gym.grading.held import MAX_HELD, HeldRuns, unmet
 from opd_gym.grading.report import MESSAGE_CHARS, OUTCOMES, PASSING, GradeReport, TestOutcome
+from opd_gym.grading.rules import EARNS, NEUTRAL, Facts, Rule, decide, earns_on_its_own
 from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 
 VERSION = 2
@@ -385,14 +388,31 @@ class Calibration:
         return frozenset(i for i in self.reference_ids if self.earns(i))
 
     def earns(self, nodeid: str) -> bool:
-        """The test earns: a valid canary, passed by the reference, failed by the starter
-        and by the null submission, and every expectation of the test one a canary can
-        change (`Canary.earns`: no answer the solution could read from the test)."""
-        if self.too_few_unheld:
-            return False
-        if self.held_only and base_id(nodeid) not in (self.held or {}):
-            return False  # no held site: a forged pass of it needs no guess, so it gates
-        return self._earns_unheld(nodeid)
+        """The test earns (`rules.decide`: the first row of the scoring table that applies to
+        what calibration showed of it)."""
+        return self.rule(nodeid).role == EARNS
+
+    def rule(self, nodeid: str) -> Rule:
+        """The row of `rules.RULES` that decides whether `nodeid` earns, gates or is neutral."""
+        return decide(self.facts(nodeid))
+
+    def facts(self, nodeid: str) -> Facts:
+        """What this calibration showed about `nodeid`, task-level facts included."""
+        return dataclasses.replace(self._own_facts(nodeid), held_only=self.held_only,
+                                   too_few_unheld=bool(self.too_few_unheld))
+
+    def _own_facts(self, nodeid: str) -> Facts:
+        base = base_id(nodeid)
+        canary = self.canaries.canaries.get(base)
+        return Facts(
+            neutral=nodeid in self.neutral, starter_passed=nodeid in self.starter_passed,
+            null_passed=nodeid in self.null_passed, canary=canary is not None,
+            canary_earns=canary is not None and canary.earns,
+            canary_why=canary.why if canary is not None else "",
+            canary_invalid=nodeid in self.invalid,
+            # a test comparing with what it computes earns where the host holds that value:
+            # the answer is nowhere in the sandbox (computed.py), with or without a canary
+            computed=base in (self.computed or {}), held=base in (self.held or {}))
 
     @cached_property
     def held_only(self) -> bool:
@@ -421,17 +441,14 @@ class Calibration:
                     f"{MIN_UNHELD_EARNING} earn on canaries alone, so a forgery passing each "
                     "failing test on a coin would be paid; add a test comparing the "
                     "solution's result with a literal, or more tests")
+        counts = Counter(self.rule(i).name for i in self.reference_ids)
+        seen = ", ".join(f"{name} {n}" for name, n in counts.most_common()) or "no test ran"
         return ("the task cannot be verified: no hidden test both has a valid canary and "
-                "fails on the untouched starter and on an empty solution")
+                f"fails on the untouched starter and on an empty solution (tests per rule: "
+                f"{seen})")
 
     def _earns_unheld(self, nodeid: str) -> bool:
-        canary = self.canaries.canaries.get(base_id(nodeid))
-        # a test comparing with what it computes earns where the host holds that value: the
-        # answer is nowhere in the sandbox (computed.py), with or without a canary of its own
-        computed = base_id(nodeid) in (self.computed or {})
-        return ((canary is not None and canary.earns or computed) and nodeid not in self.invalid
-                and nodeid not in self.neutral and nodeid not in self.starter_passed
-                and nodeid not in self.null_passed)
+        return earns_on_its_own(self._own_facts(nodeid))
 
 
 def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, Any],
@@ -446,8 +463,9 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
         name = display_name(nodeid)
         valid = base_id(nodeid) in canaries and nodeid not in calibration.invalid
         canary = merged.canary.get(nodeid, "")
-        neutral = nodeid in calibration.neutral
-        earns = calibration.earns(nodeid)
+        rule = calibration.rule(nodeid)
+        neutral = rule.role == NEUTRAL
+        earns = rule.role == EARNS
         canaried += valid
         if valid and canary in PASSING and outcome in PASSING:
             # A contradiction: no code passes `x == E` and `x == E'` honestly. A canary passed
@@ -459,7 +477,7 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
         elif not neutral and outcome not in PASSING:
             gates_failed.append(name)
         outcomes.append(TestOutcome(name, outcome, message, earns=earns, canary=canary,
-                                    neutral=neutral))
+                                    neutral=neutral, rule=rule.name))
     forgery.extend(display_name(i) for i in merged.sentinel_forgery
                    if display_name(i) not in forgery)
     for path, message in merged.collect_errors:
@@ -476,7 +494,12 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
                   "a twin of it with one expected value changed both passed (its canary in "
                   "the other grading run or its sentinel in the same one), which no code does "
                   "honestly (forged result)")
-    if not reason and not earning:
+    # no test could earn: no grade of this task says anything about the code, so it is not a
+    # 0 but an infra error (masked in rows, summaries and exports), whatever the run did; a
+    # task without a reference (not calibrated) shows it in this run's ids
+    unverifiable = not calibration.earning if calibration.calibrated else (
+        not earning and not merged.reason)
+    if unverifiable:
         reason = calibration.unverifiable()
     failed_run = bool(merged.reason) or bool(merged.missing_sentinels)
     return GradeReport(
@@ -487,6 +510,7 @@ def build_report(merged: Merged, calibration: Calibration, base: Mapping[str, An
         timed_out=merged.timed_out, reason=reason, forgery=tuple(forgery),
         gates_failed=tuple(gates_failed), earning=earning, earned=0 if failed_run else earned,
         canaried=canaried, calibrated=calibration.calibrated,
+        unverifiable=unverifiable, infra_error=unverifiable,
     )
 
 

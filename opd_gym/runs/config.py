@@ -37,6 +37,8 @@ class RolloutConfig:
     repeat: int = 1  # rollouts per task in a row (a group: GRPO, pass@k), each its own seed
     max_tool_output_chars: int | None = 10_000  # of one tool result the agent sees (0/None: all)
     setup_cache: str | None = None  # what environment images' setup steps install from
+    verify_tasks: bool = True  # calibrate the planned tasks first, refusing unverifiable ones
+    skip_unverifiable: bool = False  # ... or playing without them (how many is said)
 
     def plan(self, episode: int, task_ids: list[str]) -> tuple[str, int]:
         """(task id, seed) of episode `episode`: task (i // repeat) mod n, seed `seed + i`

@@ -232,3 +232,24 @@ def test_a_turn_that_does_not_extend_the_previous_is_marked_in_the_exports(run_d
     assert first["extends_previous"] == flags
     table = pq.read_table(export_run(run, "parquet", tmp_path / "p.parquet")).to_pylist()
     assert [r["extends_previous"] for r in table[:len(flags)]] == flags
+
+
+def test_an_episode_graded_with_an_infra_error_is_left_out_and_said(run_dir, tmp_path):
+    """An unverifiable task's grade (or any infra error) is no verdict on the answer: the
+    exports leave its episode out and the note says how many (a recount of the rows)."""
+    import shutil
+
+    out, _ = run_dir
+    target = tmp_path / "run"
+    shutil.copytree(out, target)
+    path = target / "trajectories.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["grade"].update(infra_error=True, unverifiable=True,
+                            reason="the task cannot be verified: ...")
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    notes: list[str] = []
+    kept = [json.loads(x) for x in export_run(target, "trl", note=notes.append)
+            .read_text().splitlines()]
+    whole = [json.loads(x) for x in export_run(out, "trl").read_text().splitlines()]
+    assert len(kept) == len(whole) - len(rows[0]["opd"]) > 0
+    assert any("1 episode(s) graded with an infra error" in n for n in notes), notes

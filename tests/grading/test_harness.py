@@ -240,17 +240,27 @@ def test_an_early_exit_loses_the_tests_it_skipped(tmp_path):
 
 
 def test_forged_and_malformed_lines_never_add_or_flip_a_passed_test(tmp_path):
-    # the solution shares the process and may write to fd 3: garbage is ignored, a second
-    # report of a test that disagrees with the first makes it an error (canaries catch the rest)
+    # the solution shares the process and may write to fd 3: garbage is ignored, and several
+    # reports of one id give the worst of them (as several items under one id do), so a forged
+    # line only ever makes its test worse (canaries catch the rest)
     solution = {"forge.py": (
         "import json, os\n"
+        "def line(test, outcome):\n"
+        "    os.write(3, json.dumps({'id': 'tests/test_f.py::' + test, 'outcome': outcome,"
+        " 'message': ''}).encode() + b'\\n')\n"
         "def forge():\n"
         "    os.write(3, b'not json\\n[1]\\n{\"id\": 5}\\n')\n"
-        "    os.write(3, json.dumps({'id': 'tests/test_f.py::test_real', 'outcome': 'failed',"
-        " 'message': ''}).encode() + b'\\n')\n")}
-    tests = "from forge import forge\n\ndef test_real():\n    forge()\n"
+        "    line('test_real', 'failed')\n"
+        "def forge_pass(test):\n"
+        "    line(test, 'passed')\n")}
+    tests = ("import pytest\nfrom forge import forge, forge_pass\n\n"
+             "def test_real():\n    forge()\n\n"
+             "def test_fails():\n    forge_pass('test_fails')\n    assert False\n\n"
+             "def test_skips():\n    forge_pass('test_skips')\n    pytest.skip('no')\n")
     [variant] = harness(tmp_path, solution, [{"tests/test_f.py": tests}])
-    assert outcomes(variant) == {"tests/test_f.py::test_real": "error"}
+    assert outcomes(variant) == {"tests/test_f.py::test_real": "failed",
+                                 "tests/test_f.py::test_fails": "failed",
+                                 "tests/test_f.py::test_skips": "skipped"}
 
 
 STEERING = {

@@ -42,4 +42,10 @@ def test_grader_agrees_with_plain_pytest(name, grader):
     assert check.ids >= 100, table([check])  # the pin runs its suite under plain pytest
     assert not check.infra_error, table([check])
     assert not check.forgery, table([check])
-    assert check.ok, table([check])
+    assert check.agrees, table([check])  # every id gets plain pytest's verdict
+    if any(note.startswith("pytest itself imports") for note in check.notes):
+        # the suite tests the image's copy, loaded by pytest before the suite (pluggy): no
+        # test can earn, and check-suite says so instead of printing "agree"
+        assert not check.ok and "no test could earn" in " ".join(check.problems), table([check])
+    else:  # the unmodified code, graded, is paid in full
+        assert check.ok and check.score == 1.0 and check.earning > 0, table([check])

@@ -153,7 +153,7 @@ def test_check_suite_installs_what_the_suite_needs_and_takes_outside_options(tmp
     sdist = make_sdist(tmp_path, NEEDS_TOOLZ, name="bag-0.1")
     assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
     out = capsys.readouterr().out
-    assert "1 of 1 suites disagree with plain pytest or got no verdict: bag-0.1" in out
+    assert "1 of 1 suites fail the check" in out and "bag-0.1: no verdict" in out, out
     assert "toolz" in out  # the missing module is named
     assert main(["tasks", "check-suite", str(sdist), "--timeout", "60", "--setup",
                  INSTALL_TOOLZ, "--pytest-options=--doctest-modules"]) == 0
@@ -269,10 +269,18 @@ DOCTESTS_ONLY = {  # jaraco.classes' shape: a namespace package, its only tests 
 
 
 @pytest.mark.docker
-def test_a_suite_of_package_doctests_alone_gets_a_verdict(tmp_path, capsys):
-    """No test module at all: the doctests of the package modules are the whole suite."""
-    row = agreeing_row(tmp_path, capsys, DOCTESTS_ONLY, "shapes-1.0")
+def test_a_suite_of_package_doctests_alone_gets_a_verdict_and_says_none_earns(tmp_path,
+                                                                              capsys):
+    """No test module at all: the doctests of the package modules are the whole suite, and
+    plain pytest's verdicts are met id by id. No doctest example has a canary yet, so no test
+    of this suite could earn: check-suite says so and exits 1 instead of printing "agree" over
+    a suite every answer of which would score 0 (issue 55, point 4)."""
+    sdist = make_sdist(tmp_path, DOCTESTS_ONLY, name="shapes-1.0")
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("shapes-1.0 "))
     assert " 2 " in row and "(100.0%)" in row and "doctest-modules" in row, row
+    assert "shapes-1.0: no test could earn" in out and "no-expectation 1" in out, out
 
 
 BROKEN_HOOK = {  # python-dateutil's shape: a conftest marking items with a plugin's marker
@@ -330,3 +338,51 @@ def test_a_conftest_needing_a_missing_module_names_it(tmp_path, capsys):
     assert main(["tasks", "check-suite", str(sdist), "--timeout", "60"]) == 1
     out = capsys.readouterr().out
     assert "missing module(s) not_in_the_image_xyz" in out and "Traceback" not in out, out
+
+
+SHARED_IDS = {  # a custom collector yielding several items under one node id, one failing
+    "pytest.ini": "[pytest]\ntestpaths = tests\n",
+    "calc.py": "def double(n):\n    return n * 2 if n != 3 else 7\n\n\n"
+               "def add(a, b):\n    return a + b\n",
+    "tests/conftest.py": (
+        "import pytest\n\n\nclass Case(pytest.Item):\n"
+        "    def __init__(self, *, value, **kwargs):\n"
+        "        super().__init__(**kwargs)\n        self.value = value\n\n"
+        "    def runtest(self):\n        from calc import double\n"
+        "        assert double(self.value) == self.value + self.value\n\n\n"
+        "class Cases(pytest.File):\n    def collect(self):\n"
+        "        for word in self.path.read_text().split():\n"
+        "            yield Case.from_parent(self, name='case', value=int(word))\n\n\n"
+        "def pytest_collect_file(parent, file_path):\n"
+        "    if file_path.suffix == '.cases':\n"
+        "        return Cases.from_parent(parent, path=file_path)\n"),
+    "tests/doubles.cases": "1\n2\n3\n4\n",
+    "tests/evens.cases": "2\n4\n",
+    "tests/test_add.py": "from calc import add\n\n\n"
+                         "def test_add():\n    assert add(2, 2) == 4\n\n\n"
+                         "def test_neg():\n    assert add(-2, -2) == -4\n\n\n"
+                         "def test_zero():\n    assert add(0, 0) == 0\n",
+}
+
+
+@pytest.mark.docker
+def test_several_items_under_one_id_get_plain_pytests_verdict(tmp_path, capsys):
+    """Items a custom collector yields under one node id: the id FAILED when one of them did
+    (a run of pytest shows it so), in the plain run and in the grade alike; the other ids
+    agree and the unmodified code still scores 1.0. `--json` writes every id's verdicts."""
+    sdist = make_sdist(tmp_path, SHARED_IDS, name="shared-1.0")
+    report = tmp_path / "verdicts.json"
+    assert main(["tasks", "check-suite", str(sdist), "--timeout", "60", "--json",
+                 str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 suites agree with plain pytest" in out, out
+    import json
+
+    [suite] = json.loads(report.read_text())["suites"]
+    tests = {t["id"]: t for t in suite["tests"]}
+    assert tests["tests/doubles.cases::case"]["plain"] == "failed"
+    assert tests["tests/doubles.cases::case"]["grader"] == "failed"
+    assert tests["tests/evens.cases::case"]["plain"] == "passed"
+    assert tests["tests/doubles.cases::case"]["role"] == "neutral"
+    assert suite["score"] == 1.0 and suite["earning"] >= 3 and suite["ok"] is True
+    assert all(t["agree"] and t["rule"] for t in suite["tests"])
