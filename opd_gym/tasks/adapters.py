@@ -73,7 +73,9 @@ def _namespace(name, setup, bind):
 
 
 def _rebound(function, namespace):
-    return _types.FunctionType(function.__code__, namespace, function.__name__)
+    # the test's own tables reach the dataset code as closure cells
+    return _types.FunctionType(function.__code__, namespace, function.__name__, None,
+                               function.__closure__)
 '''
 
 _HUMANEVAL_TEST = _ISOLATION + '''
@@ -90,7 +92,7 @@ def _run_check(dataset_code):
 
 
 def test_check():
-    def {inner}():
+{tables}    def {inner}():
 {body}
         return check
 
@@ -221,10 +223,12 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
     _parse(test, "test")
     _embedded(test, "test")
     inner = _fresh("_dataset_code", _names(test) | _names(prompt) | {entry})
+    tables, rest = _literal_tables(test, reserved={entry, inner} | _names(prompt))
     tests = _compiles(_HUMANEVAL_TEST.format(
         doc=_doc(f"Hidden tests for {task_id}: the dataset check() against solution.{entry}."),
         entry=repr(entry), prompt=repr(prompt), inner=inner,
-        body=_indent(test.strip("\n"), " " * 8),
+        tables="".join(_indent(text, " " * 4) + "\n" for text in tables.values()),
+        body=_indent(rest.strip("\n"), " " * 8),
     ), "test")
     text = (
         f"Complete the function `{entry}` in `solution.py`. The file already holds its signature "
@@ -236,6 +240,56 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
         tests={"test_solution.py": tests}, solution={"solution.py": prompt + body},
         tags=("humaneval", "function"), metadata={"source": "humaneval", "entry_point": entry},
     )
+
+
+_HEADER_NAMES = frozenset({"ENTRY_POINT", "PROMPT"}) | {
+    "_builtins", "_importlib", "_types", "_BUILTINS", "_namespace", "_rebound", "_run_check",
+    "test_check"}
+
+
+def _literal_tables(test: str, reserved: set[str]) -> tuple[dict[str, str], str]:
+    """The dataset code's top-level literal tables (`TABLE = {...}`, `CASES = [...]`: a name
+    bound once, to a value `ast.literal_eval` reads), as {name: source}, and the code without
+    them. They become statements of the test function's own body, where the grader reads them
+    as the test's own tables (a loop's expected values, canaried and held like any table of a
+    test's: `canary.local_tables`), and reach the nested check as closure cells; everything
+    else stays nested."""
+    tree = pyast.parse(test)
+    stores: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            stores[node.name] = stores.get(node.name, 0) + 1
+        elif isinstance(node, ast.arg):
+            stores[node.arg] = stores.get(node.arg, 0) + 1
+        elif isinstance(node, ast.alias):
+            name = (node.asname or node.name).partition(".")[0]
+            stores[name] = stores.get(name, 0) + 1
+    lines = test.splitlines(keepends=True)
+    tables: dict[str, str] = {}
+    drop: set[int] = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if stores.get(name) != 1 or name in reserved or name in _HEADER_NAMES \
+                or name.startswith("@"):
+            continue
+        try:
+            ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        assert node.end_lineno is not None
+        span = range(node.lineno - 1, node.end_lineno)
+        if lines[node.end_lineno - 1][node.end_col_offset:].strip() or \
+                lines[node.lineno - 1][:node.col_offset].strip():
+            continue  # shares a line with other code (`A = 1; B = 2`): left nested
+        tables[name] = "".join(lines[i] for i in span).rstrip("\n")
+        drop.update(span)
+    rest = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return tables, rest
 
 
 def _called_names(asserts: list[str], code: ast.Module) -> list[str]:

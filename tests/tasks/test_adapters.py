@@ -231,3 +231,56 @@ def test_solution_exports_never_reach_the_dataset_check(grade):
     proc = grade(task, {"solution.py": shadowing})
     assert proc.returncode == 1 and "1 failed in" in proc.stdout
     assert "assert 3 == 0" in proc.stdout  # the dataset's own assert, on the honest value
+
+
+TABLE_ROWS = [  # HumanEval-schema rows whose check() loops over a literal table
+    {"task_id": "Loop/items", "entry_point": "square",
+     "prompt": "def square(n: int) -> int:\n    \"\"\"Return n squared.\"\"\"\n",
+     "canonical_solution": "    return n * n\n",
+     "test": "\nMETADATA = {'author': 'x'}\nTABLE = {0: 0, 1: 1, 2: 4, 3: 9, 10: 100}\n\n\n"
+             "def check(candidate):\n    for n, expected in TABLE.items():\n"
+             "        got = candidate(n)\n        assert got == expected\n"},
+    {"task_id": "Loop/cases", "entry_point": "add",
+     "prompt": "def add(a: int, b: int) -> int:\n    \"\"\"Return a + b.\"\"\"\n",
+     "canonical_solution": "    return a + b\n",
+     "test": "\nCASES = [\n    ((1, 2), 3),\n    ((0, 0), 0),\n    ((-1, 5), 4),\n]\n\n\n"
+             "def check(candidate):\n    for args, want in CASES:\n"
+             "        assert candidate(*args) == want\n"},
+    {"task_id": "Loop/zip", "entry_point": "double",
+     "prompt": "def double(n: int) -> int:\n    \"\"\"Return 2n.\"\"\"\n",
+     "canonical_solution": "    return 2 * n\n",
+     "test": "\nINPUTS = [0, 1, 5, 7]\nOUTPUTS = [0, 2, 10, 14]\n\n\n"
+             "def check(candidate):\n    for x, y in zip(INPUTS, OUTPUTS):\n"
+             "        assert candidate(x) == y\n"},
+]
+
+
+@pytest.mark.parametrize("row", TABLE_ROWS, ids=lambda r: r["task_id"])
+def test_a_check_looping_over_a_literal_table_pays_the_reference(row, local_pool):
+    """The dataset's top-level literal tables become the test's own (closure cells of its
+    check): the grader holds their expected column on the host, so the reference earns 1.0,
+    while a wrong answer, an always-equal object and a reader of the test's frames earn 0."""
+    from opd_gym.grading import Grader
+
+    task = from_humaneval(row)
+    assert "def test_check():\n    " in task.tests["test_solution.py"]
+    grader = Grader(local_pool)
+    entry, prompt = row["entry_point"], row["prompt"]
+    reference = grader.grade(task, {"solution.py": (prompt + row["canonical_solution"]).encode()})
+    assert reference.score == 1.0 and [t.rule for t in reference.tests] == ["held"], reference
+    forgeries = {
+        "wrong": f"def {entry}(*args):\n    return 1\n",
+        "always-equal": ("class _E:\n    def __eq__(self, other):\n        return True\n"
+                         "    def __ne__(self, other):\n        return False\n\n\n"
+                         f"def {entry}(*args):\n    return _E()\n"),
+        "frame-reader": ("import sys\n\n\n"
+                         f"def {entry}(*args):\n    frame = sys._getframe(1)\n"
+                         "    while frame is not None:\n"
+                         "        for name in ('expected', 'want', 'y'):\n"
+                         "            if name in frame.f_locals:\n"
+                         "                return frame.f_locals[name]\n"
+                         "        frame = frame.f_back\n    return 0\n"),
+    }
+    for name, code in forgeries.items():
+        report = grader.grade(task, {"solution.py": code.encode()})
+        assert report.score == 0.0 and not report.infra_error, (name, report)
