@@ -1195,6 +1195,20 @@ def copy_tree(src, dst, skip=()):
             copy_file(entry.path, target, mode)
 
 
+TREE_NAME = "workspace"  # a variant's tree, named as plain pytest's project folder is
+
+
+def own_folder(base, name):
+    """The path of a variant's tree, `base/<name>/workspace`: inside a folder of its own that
+    the variant may list (root's, 0755, holding nothing else) while `base` stays unlistable.
+    pytest's rootdir-based import of a project with a root `__init__.py` walks up to the
+    first folder without one and imports from there (`workspace.tests.test_x`, as in plain
+    pytest's /workspace): an unlistable parent made every such import fail."""
+    parent = os.path.join(base, name)
+    os.mkdir(parent, 0o755)
+    return os.path.join(parent, TREE_NAME)
+
+
 def variant_tree(staging, tree, uid, ini_name, ini_text):
     """The tree one variant runs in, writable by it as a project folder is by plain pytest
     (a solution may write `./cache.json` in its cwd), with the task's ini read-only in it.
@@ -1614,7 +1628,8 @@ def main():
                 fh.write(OPD_GRADING_SOURCE)
             freeze(opd_dir)
             opd_dirs.append(opd_dir)
-            tree = os.path.join(base, token())
+            # one uid (bwrap/local): the variant runs in its staging tree
+            tree = os.path.join(base, token()) if uid is not None else own_folder(base, token())
             os.mkdir(tree, 0o755)
             copy_workspace(workspace, tree, test_dirs, skipped if index == 0 else [])
             overlay(tree, variant["files"])
@@ -1638,7 +1653,7 @@ def main():
             os.close(pipes[i][1][0])
         order = list(range(len(staging)))
         random.SystemRandom().shuffle(order)
-        trees = [staging[i] if uid is None else os.path.join(base, token())
+        trees = [staging[i] if uid is None else own_folder(base, token())
                  for i in range(len(staging))]
         lines = {}
         for i in order:

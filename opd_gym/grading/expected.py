@@ -51,8 +51,10 @@ def doctest_sources(task: Task) -> dict[str, str]:
 
     A doctest source is a `.py` file that is no test module (nor conftest.py), that
     `task.test_ids` reference (`src/pkg/mod.py::pkg.mod.func`, as `--doctest-modules` names
-    them), and that the task holds: its pristine text comes from `task.tests` if there, else
-    from the reference tree (starter + solution). It is never laid over the agent's
+    them), and that the task holds: its pristine text is the reference solution's where the
+    solution changes that module (a SWE-style gold patch that edits a docstring's examples
+    along with the code: the examples FAIL_TO_PASS names are the fix's), else `task.tests`'s,
+    else the starter's. It is never laid over the agent's
     workspace: the agent's module is what the doctests import and run against, their examples
     come from this text (the harness's `doctests` request field).
     """
@@ -64,7 +66,7 @@ def doctest_sources(task: Task) -> dict[str, str]:
         if not sep or not path.endswith(".py") or is_test_module(path, patterns) \
                 or path in found:
             continue
-        text = task.tests.get(path, reference.get(path))
+        text = task.solution.get(path, task.tests.get(path, reference.get(path)))
         if text is not None:
             found[path] = text
     return dict(sorted(found.items()))

@@ -65,15 +65,16 @@ def load_teacher(opd: OPDConfig) -> tuple[OPDConfig, Any]:
 def build_env(config: RolloutConfig, *, tasks: Sequence[Any], pool: Any,
               opd_options: Any = None, grader: Any = None) -> Any:
     """The env stack of one runner slot: the coding env (tasks, sandbox pool, turn cap,
-    tool-output budget and tool-call format from `config`; `grader` shared by the slots of
-    one pool), the OPD wrapper when `opd_options` (an OPDConfig or its kwargs) is given, and
-    a recorder on top."""
+    tool-output budget, tool-call format and whether a task is verified before its episode
+    from `config`; `grader` shared by the slots of one pool), the OPD wrapper when
+    `opd_options` (an OPDConfig or its kwargs) is given, and a recorder on top."""
     from opd_gym.wrappers.recorder import TrajectoryRecorder
 
     env = gym.make(ENV_ID, tasks=list(tasks), sandbox=pool, max_turns=config.max_turns,
                    tool_format=config.tool_format, grader=grader,
                    max_tool_output_chars=config.max_tool_output_chars,
-                   setup_cache=config.setup_cache)
+                   setup_cache=config.setup_cache, verify_tasks=config.verify_tasks,
+                   skip_unverifiable=config.skip_unverifiable)
     if opd_options is not None:
         from opd_gym.opd.wrapper import OPDWrapper
 

@@ -503,8 +503,14 @@ def test_runs_as_a_variant_uid(request):
     import opd_grading
     with pytest.raises(PermissionError):
         open(opd_grading.__file__, "a")
+    # the tree's own folder lists only the tree (pytest's import of a project with a root
+    # __init__.py reads it), and may not be written; the grading folder above stays unlistable
+    parent = os.path.dirname(os.getcwd())
+    assert os.listdir(parent) == ["workspace"] and os.path.basename(os.getcwd()) == "workspace"
     with pytest.raises(PermissionError):
-        os.listdir(os.path.dirname(os.getcwd()))
+        open(os.path.join(parent, "planted"), "x")
+    with pytest.raises(PermissionError):
+        os.listdir(os.path.dirname(parent))
     root = os.stat(".")
     assert (root.st_uid, root.st_gid, root.st_mode & 0o7777) == (0, uid, 0o1770)
     # the rest of the tree is this variant's own copy, as a project folder is plain pytest's

@@ -386,3 +386,33 @@ def test_several_items_under_one_id_get_plain_pytests_verdict(tmp_path, capsys):
     assert tests["tests/doubles.cases::case"]["role"] == "neutral"
     assert suite["score"] == 1.0 and suite["earning"] >= 3 and suite["ok"] is True
     assert all(t["agree"] and t["rule"] for t in suite["tests"])
+
+
+ROOT_PACKAGE = {  # a root __init__.py, unittest setUp/tearDown, a cwd-relative data file
+    "setup.py": "from setuptools import setup\nsetup(name='rooted', version='1.0')\n",
+    "__init__.py": "",
+    "mylib/__init__.py": ("def load(path):\n    with open(path) as fh:\n"
+                          "        return fh.read().strip()\n\n\n"
+                          "def add(a, b):\n    return a + b\n"),
+    "tests/__init__.py": "",
+    "tests/data/greeting.txt": "hello\n",
+    "tests/test_lib.py": (
+        "import os\nimport tempfile\nimport unittest\n\nfrom mylib import add, load\n\n\n"
+        "class LibTest(unittest.TestCase):\n    def setUp(self):\n"
+        "        self.tmp = tempfile.mkdtemp()\n\n    def tearDown(self):\n"
+        "        os.rmdir(self.tmp)\n\n    def test_add(self):\n"
+        "        self.assertEqual(add(2, 3), 5)\n\n    def test_neg(self):\n"
+        "        self.assertEqual(add(-2, -3), -5)\n\n    def test_load(self):\n"
+        "        self.assertEqual(load(os.path.join('tests', 'data', 'greeting.txt')), 'hello')\n"),
+}
+
+
+@pytest.mark.docker
+def test_a_project_with_a_root_init_agrees_and_earns(tmp_path, capsys):
+    """A root `__init__.py` makes pytest import the tests from the folder above the project
+    (`workspace.tests.test_lib`): each variant's tree has a folder of its own it may list, so
+    every grade imports them as plain pytest does, and the unmodified code scores 1.0 (before:
+    every test a collection error, "No module named '<the tree's name>'")."""
+    for _ in range(2):  # the same in every grade
+        row = agreeing_row(tmp_path, capsys, ROOT_PACKAGE, "rooted-1.0")
+        assert "3 (100.0%)  1.000  3 " in row, row

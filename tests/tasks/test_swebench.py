@@ -255,3 +255,50 @@ def test_a_row_whose_tests_need_its_pytest_command_grades_with_it(tmp_path, dock
     refused = docker_grader.grade(without, {**workspace, "docmed/core.py": fixed.encode()})
     assert refused.score == 0.0 and refused.infra_error, refused.reason
     assert "docmed.core.median" in refused.reason
+
+
+@pytest.mark.docker
+def test_a_gold_patch_that_adds_doctest_examples_grades_them_as_the_fix_has_them(
+        tmp_path, docker_grader):
+    """The gold patch edits a module `--doctest-modules` collects, adding the example its
+    FAIL_TO_PASS doctest needs: the doctest's examples come from the fix's docstring (the
+    module's code stays the agent's), so the untouched base fails it and the gold passes it;
+    before, the base's docstring was the doctest and the starter passed it (a gate)."""
+    from repo_project import _commit, git
+
+    from opd_gym.grading.expected import doctest_sources
+
+    repo = tmp_path / "docadd"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    core = DOCTEST_CORE.replace("    >>> median([4, 1, 3, 2])\n    2.5\n",
+                                "    >>> median([3, 1, 2])\n    2\n")
+    odd = "from docadd.core import median\n\n\ndef test_odd():\n    assert median([3, 1, 2]) == 2\n"
+    even = "\n\ndef test_even():\n    assert median([10, 20]) == 15\n"
+    base = _commit(repo, "median", {"docadd/__init__.py": "", "docadd/core.py": core,
+                                    "tests/test_core.py": odd})
+    fixed = core.replace("    >>> median([3, 1, 2])\n    2\n",
+                         "    >>> median([3, 1, 2])\n    2\n    >>> median([4, 1, 3, 2])\n"
+                         "    2.5\n").replace(
+        "    return ordered[len(ordered) // 2]\n",
+        "    mid = len(ordered) // 2\n    if len(ordered) % 2:\n        return ordered[mid]\n"
+        "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
+    fix = _commit(repo, "fix median", {"docadd/core.py": fixed, "tests/test_core.py": odd + even})
+    row = {"instance_id": "docadd-1", "repo": "me/docadd", "base_commit": base,
+           "problem_statement": "median([4, 1, 3, 2]) returns 3; it should be 2.5.",
+           "patch": git(repo, "diff", base, fix, "--", "docadd") + "\n",
+           "test_patch": git(repo, "diff", base, fix, "--", "tests") + "\n",
+           "FAIL_TO_PASS": ["docadd/core.py::docadd.core.median", "tests/test_core.py::test_even"],
+           "PASS_TO_PASS": ["tests/test_core.py::test_odd"],
+           "test_cmd": "pytest --doctest-modules -p no:cacheprovider"}
+    task = swebench_task(row, {"me/docadd": repo})
+    assert doctest_sources(task) == {"docadd/core.py": fixed}
+    workspace = {path: text.encode() for path, text in task.files.items()}
+    gold = docker_grader.grade(task, {**workspace, "docadd/core.py": fixed.encode()})
+    assert gold.score == 1.0, (gold.reason, gold.output[-600:])
+    doctest = next(t for t in gold.tests if t.name.endswith("docadd.core.median"))
+    assert doctest.outcome == "passed" and doctest.rule != "starter-passes", doctest
+    base_grade = docker_grader.grade(task, workspace)
+    assert base_grade.score == 0.0 and not base_grade.infra_error, base_grade.reason
+    failed = next(t for t in base_grade.tests if t.name.endswith("docadd.core.median"))
+    assert failed.outcome == "failed"  # the fix's example, run on the base's code
