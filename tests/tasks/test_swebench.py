@@ -215,32 +215,43 @@ def median(xs):
 '''
 
 
+FIXED_BODY = ("    mid = len(ordered) // 2\n    if len(ordered) % 2:\n        return ordered[mid]\n"
+              "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
+
+
+def doctest_row(repo: Path, name: str, core: str, fixed: str) -> dict:
+    """A repository at `repo` whose base has `name/core.py` = `core` and a test of odd
+    medians, and the SWE row of its fix (`fixed`, a test of even medians): FAIL_TO_PASS the
+    module's median doctest and the even test, run with `pytest --doctest-modules`."""
+    from repo_project import _commit, git
+
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    odd = (f"from {name}.core import median\n\n\n"
+           "def test_odd():\n    assert median([3, 1, 2]) == 2\n")
+    even = "\n\ndef test_even():\n    assert median([10, 20]) == 15\n"
+    base = _commit(repo, "median", {f"{name}/__init__.py": "", f"{name}/core.py": core,
+                                    "tests/test_core.py": odd})
+    fix = _commit(repo, "fix median", {f"{name}/core.py": fixed,
+                                       "tests/test_core.py": odd + even})
+    return {"instance_id": f"{name}-1", "repo": f"me/{name}", "base_commit": base,
+            "problem_statement": "median([4, 1, 3, 2]) returns 3; it should be 2.5.",
+            "patch": git(repo, "diff", base, fix, "--", name) + "\n",
+            "test_patch": git(repo, "diff", base, fix, "--", "tests") + "\n",
+            "FAIL_TO_PASS": [f"{name}/core.py::{name}.core.median",
+                             "tests/test_core.py::test_even"],
+            "PASS_TO_PASS": ["tests/test_core.py::test_odd"],
+            "test_cmd": "pytest --doctest-modules -p no:cacheprovider"}
+
+
 @pytest.mark.docker
 def test_a_row_whose_tests_need_its_pytest_command_grades_with_it(tmp_path, docker_grader):
     """One failing test is a doctest in a package module, collected only under the project's
     `pytest --doctest-modules`: with the row's test_cmd, gold earns 1.0 and the base 0;
     without it, the reference's run lacks that test and the task is refused, not misgraded."""
-    from repo_project import _commit, git
-
     repo = tmp_path / "docmed"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    odd = "from docmed.core import median\n\n\ndef test_odd():\n    assert median([3, 1, 2]) == 2\n"
-    even = "\n\ndef test_even():\n    assert median([10, 20]) == 15\n"
-    base = _commit(repo, "median", {"docmed/__init__.py": "", "docmed/core.py": DOCTEST_CORE,
-                                    "tests/test_core.py": odd})
-    fixed = DOCTEST_CORE.replace("    return ordered[len(ordered) // 2]\n",
-                                 "    mid = len(ordered) // 2\n    if len(ordered) % 2:\n"
-                                 "        return ordered[mid]\n"
-                                 "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
-    fix = _commit(repo, "fix median", {"docmed/core.py": fixed, "tests/test_core.py": odd + even})
-    row = {"instance_id": "docmed-1", "repo": "me/docmed", "base_commit": base,
-           "problem_statement": "median([4, 1, 3, 2]) returns 3; it should be 2.5.",
-           "patch": git(repo, "diff", base, fix, "--", "docmed") + "\n",
-           "test_patch": git(repo, "diff", base, fix, "--", "tests") + "\n",
-           "FAIL_TO_PASS": ["docmed/core.py::docmed.core.median", "tests/test_core.py::test_even"],
-           "PASS_TO_PASS": ["tests/test_core.py::test_odd"],
-           "test_cmd": "pytest --doctest-modules -p no:cacheprovider"}
+    fixed = DOCTEST_CORE.replace("    return ordered[len(ordered) // 2]\n", FIXED_BODY)
+    row = doctest_row(repo, "docmed", DOCTEST_CORE, fixed)
     task = swebench_task(row, {"me/docmed": repo})
     assert "--doctest-modules" in task.pytest_ini
     workspace = {path: text.encode() for path, text in task.files.items()}
@@ -264,33 +275,16 @@ def test_a_gold_patch_that_adds_doctest_examples_grades_them_as_the_fix_has_them
     FAIL_TO_PASS doctest needs: the doctest's examples come from the fix's docstring (the
     module's code stays the agent's), so the untouched base fails it and the gold passes it;
     before, the base's docstring was the doctest and the starter passed it (a gate)."""
-    from repo_project import _commit, git
-
     from opd_gym.grading.expected import doctest_sources
 
     repo = tmp_path / "docadd"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
     core = DOCTEST_CORE.replace("    >>> median([4, 1, 3, 2])\n    2.5\n",
                                 "    >>> median([3, 1, 2])\n    2\n")
-    odd = "from docadd.core import median\n\n\ndef test_odd():\n    assert median([3, 1, 2]) == 2\n"
-    even = "\n\ndef test_even():\n    assert median([10, 20]) == 15\n"
-    base = _commit(repo, "median", {"docadd/__init__.py": "", "docadd/core.py": core,
-                                    "tests/test_core.py": odd})
     fixed = core.replace("    >>> median([3, 1, 2])\n    2\n",
                          "    >>> median([3, 1, 2])\n    2\n    >>> median([4, 1, 3, 2])\n"
-                         "    2.5\n").replace(
-        "    return ordered[len(ordered) // 2]\n",
-        "    mid = len(ordered) // 2\n    if len(ordered) % 2:\n        return ordered[mid]\n"
-        "    return (ordered[mid - 1] + ordered[mid]) / 2\n")
-    fix = _commit(repo, "fix median", {"docadd/core.py": fixed, "tests/test_core.py": odd + even})
-    row = {"instance_id": "docadd-1", "repo": "me/docadd", "base_commit": base,
-           "problem_statement": "median([4, 1, 3, 2]) returns 3; it should be 2.5.",
-           "patch": git(repo, "diff", base, fix, "--", "docadd") + "\n",
-           "test_patch": git(repo, "diff", base, fix, "--", "tests") + "\n",
-           "FAIL_TO_PASS": ["docadd/core.py::docadd.core.median", "tests/test_core.py::test_even"],
-           "PASS_TO_PASS": ["tests/test_core.py::test_odd"],
-           "test_cmd": "pytest --doctest-modules -p no:cacheprovider"}
+                         "    2.5\n").replace("    return ordered[len(ordered) // 2]\n",
+                                              FIXED_BODY)
+    row = doctest_row(repo, "docadd", core, fixed)
     task = swebench_task(row, {"me/docadd": repo})
     assert doctest_sources(task) == {"docadd/core.py": fixed}
     workspace = {path: text.encode() for path, text in task.files.items()}
