@@ -24,7 +24,7 @@ from opd_gym.episode import (  # noqa: F401  (end reasons, re-exported for old i
     Episode,
     EpisodeSettings,
 )
-from opd_gym.errors import ConfigError, UnverifiableTaskError
+from opd_gym.errors import CalibrationError, ConfigError, UnverifiableTaskError
 from opd_gym.grading import Grader, GradeReport
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
@@ -36,6 +36,8 @@ from opd_gym.tasks.resolve import DEFAULT_SUITE, pick_task, resolve_tasks  # noq
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.formats import ToolFormat
 from opd_gym.transcript import Message, Turn, render_messages
+
+VERIFY_TRIES = 2  # a calibration that cannot finish is tried again before it names a task
 
 
 class CodingEnv(gym.Env[str, Any]):
@@ -190,19 +192,29 @@ class CodingEnv(gym.Env[str, Any]):
     def verify(self, task_ids: Sequence[str] | None = None) -> dict[str, str]:
         """Which of the tasks (all, or those of `task_ids`) no grade can vouch for, and why:
         {task id: reason}, empty when every one can. Each task is calibrated once (its
-        environment image built where it has one), the work its first grade would do."""
+        environment image built where it has one), the work its first grade would do.
+        A task whose calibration could not finish (a sandbox failed, a run timed out) is
+        reported with that reason too (after a second try: a busy host's timeout is not the
+        task's fault), but not remembered: the next check tries again."""
         wanted = None if task_ids is None else set(task_ids)
         found: dict[str, str] = {}
         for task in self.tasks:
             if wanted is None or task.id in wanted:
-                why = self._unverifiable(task)
+                why = ""
+                for _ in range(VERIFY_TRIES):
+                    try:
+                        why = self._unverifiable(task)
+                        break
+                    except CalibrationError as failed:
+                        why = f"its calibration failed: {failed.reason or 'no reason given'}"
                 if why:
                     found[task.id] = why
         return found
 
     def _unverifiable(self, task: Task) -> str:
         """Why `task` cannot be verified ("": it can), calibrated once (thread-safe: a run
-        checks its tasks in threads; pools and images are made under the env's lock)."""
+        checks its tasks in threads; pools and images are made under the env's lock).
+        Raises CalibrationError, remembering nothing, where the calibration could not finish."""
         if task.id not in self._verified:
             with self._setup_lock:
                 grader = self._pool_for(task)[1]
@@ -213,6 +225,16 @@ class CodingEnv(gym.Env[str, Any]):
                     self.unverifiable[task.id] = why
         return self.unverifiable.get(task.id, "")
 
+    def _refused(self, task: Task) -> str:
+        """At reset: why `task` is refused ("": it plays). A calibration that could not finish
+        now refuses nothing: the episode plays and its grade calibrates again, an infra error
+        (masked in rows, summaries and exports) if that fails too, so a sandbox lost to a busy
+        or failing host never costs an episode."""
+        try:
+            return self._unverifiable(task)
+        except CalibrationError:
+            return ""
+
     def _verified_task(self, options: Mapping[str, Any]) -> Task:
         """The episode's task (`pick_task`); with `verify_tasks`, one a grade can vouch for:
         an unverifiable one is refused, or with `skip_unverifiable` another one drawn."""
@@ -220,7 +242,7 @@ class CodingEnv(gym.Env[str, Any]):
         if not self.verify_tasks:
             return task
         named = options.get("task") is not None or options.get("task_id") is not None
-        while self._unverifiable(task):
+        while self._refused(task):
             if named or not self.skip_unverifiable:
                 raise UnverifiableTaskError(
                     {task.id: self.unverifiable[task.id]},

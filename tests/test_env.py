@@ -349,3 +349,24 @@ def test_verify_tasks_refuses_or_skips_a_task_no_grade_can_vouch_for(toy_task):
                   verify_tasks=True, skip_unverifiable=True) as env:
         with pytest.raises(UnverifiableTaskError, match="1 of 1 task"):
             env.reset(seed=0)
+
+
+def test_a_calibration_that_cannot_finish_refuses_nothing_at_reset(make_task):
+    """A calibration that fails (here a test module importing a package the sandbox lacks) is
+    no verdict on the task: `verify()` names it without remembering it, and a reset with
+    `verify_tasks=True` plays the episode, whose grade is then an infra error (masked in
+    rows and exports), so a sandbox lost mid-run never costs an episode its row."""
+    task = make_task(tests={"test_calc.py": (
+        "import opd_no_such_dependency\nfrom calc import add\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n")})
+    with gym.make("opd_gym/Coding-v0", tasks=[task], sandbox="local", pool_size=1,
+                  verify_tasks=True) as env:
+        found = env.unwrapped.verify()
+        assert "its calibration failed" in found[task.id]
+        assert "opd_no_such_dependency" in found[task.id]
+        assert env.unwrapped.unverifiable == {}  # not remembered: the next check tries again
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step(call("submit"))
+        assert terminated and reward == 0.0
+        assert env.unwrapped.grade.infra_error and "opd_no_such_dependency" in \
+            env.unwrapped.grade.reason

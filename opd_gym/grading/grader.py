@@ -404,16 +404,15 @@ class Grader:
 
     def unverifiable(self, task: Task) -> str:
         """Why no grade of `task` can vouch for an answer ("" where one can): no test could
-        earn under its calibration (`rules`), or its calibration fails. Calibrates the task
-        (once, cached), as its first grade would: a run asks this before its first episode
-        (`opd-gym rollout`, `CodingEnv(verify_tasks=True)`), so that such a task is refused
-        instead of paying every answer 0."""
+        earn under its calibration (`rules`). Calibrates the task (once, cached), as its
+        first grade would: a run asks this before its first episode (`opd-gym rollout`,
+        `CodingEnv(verify_tasks=True)`), so that such a task is refused instead of paying
+        every answer 0. Raises CalibrationError when the calibration could not finish (a
+        sandbox died, a run timed out): no verdict on the task either way, and nothing is
+        cached, so the caller decides whether to refuse or to try again later."""
         if not self._expected(task)[0]:
             return "the task defines no hidden tests"
-        try:
-            calibration = self.calibration(task)
-        except CalibrationError as failed:
-            return failed.reason or "its calibration failed"
+        calibration = self.calibration(task)
         if calibration.calibrated:
             return "" if calibration.earning else calibration.unverifiable()
         # no reference solution: what earns is read from the canaries and the starter alone

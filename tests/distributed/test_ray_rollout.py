@@ -89,8 +89,9 @@ def test_killed_workers_lose_no_episode(ray_cluster, tmp_path):
         restarted = {i["pid"] for i in rollout.worker_info()}
         assert not restarted & pids  # both are new processes
     rows = list(RunDirectory(tmp_path / "run").rows())
+    assert not summary.failures
     assert sorted(r.episode for r in rows) == list(range(6))  # each exactly once
-    assert all(r.finished for r in rows) and summary.episodes == 6 and not summary.failures
+    assert all(r.finished for r in rows) and summary.episodes == 6
     deadline = time.monotonic() + 30
     while _containers_of(pids | restarted) and time.monotonic() < deadline:
         time.sleep(1)
