@@ -44,6 +44,14 @@ class CalibrationError(GradingError):
     def infra_error(self) -> bool:
         return bool(self.fields.get("infra_error", False))
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled with its fields (it may cross from a Ray worker to the driver)."""
+        return _calibration_error, (dict(self.fields),)
+
+
+def _calibration_error(fields: dict[str, object]) -> CalibrationError:
+    return CalibrationError(**fields)  # type: ignore[arg-type]
+
 
 class UnverifiableTaskError(GradingError, ValueError):
     """Tasks the grader cannot vouch for (no test could earn, or their calibration fails),
@@ -52,12 +60,16 @@ class UnverifiableTaskError(GradingError, ValueError):
 
     def __init__(self, reasons: dict[str, str], total: int | None = None,
                  hint: str = "") -> None:
-        self.reasons = dict(reasons)
+        self.reasons, self.total, self.hint = dict(reasons), total, hint
         shown = "; ".join(f"{task}: {why}" for task, why in list(self.reasons.items())[:3])
         more = f"; ... {len(self.reasons) - 3} more" if len(self.reasons) > 3 else ""
         of = f" of {total}" if total is not None else ""
         super().__init__(f"{len(self.reasons)}{of} task(s) cannot be verified, so every answer "
                          f"would score 0: {shown}{more}{hint}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled whole (a Ray worker's refusal reaches the driver with its reasons)."""
+        return type(self), (self.reasons, self.total, self.hint)
 
 
 class ModelError(OPDGymError, RuntimeError):

@@ -14,6 +14,7 @@ driver through `RunDirectory`. A trainer's own Ray driver uses `RayRollout.batch
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -349,6 +350,27 @@ class RayRollout:
                 outcome = EpisodeOutcome.from_dict(result)
                 yield EpisodeResult(episode, outcome.row, outcome.error, attempt, index)
 
+    def verify(self, episodes: Iterable[int]) -> list[str]:
+        """Check the tasks `episodes` would play before any is played, as `run_rollout` does
+        (`opd_gym.runs.verify`), in the first worker (where the sandboxes are; its episodes
+        reuse those calibrations): UnverifiableTaskError names the tasks that no grade can
+        vouch for, or with `config.skip_unverifiable` the plan goes on without them. Returns
+        (and plans with) the task ids kept."""
+        import ray
+
+        self.start()
+        try:
+            ids, said = ray.get(self.workers[0].handle.verify.remote(
+                list(self.task_ids), [int(e) for e in episodes]))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, OPDGymError):
+                raise exc.cause from None  # one line, not the actor's traceback
+            raise
+        for line in said:
+            print(f"opd-gym rollout: {line}", file=sys.stderr, flush=True)
+        self.task_ids = list(ids)
+        return self.task_ids
+
     def _lost(self, index: int) -> None:
         """A worker died: count it once and watch for Ray's restart with a ping."""
         worker = self.workers[index]
@@ -388,6 +410,8 @@ class RayRollout:
         done = run.open_for_run(resume=config.resume)
         todo = [i for i in range(config.episodes) if i not in done]
         started = time.perf_counter()
+        if config.verify_tasks and todo:  # before the first episode, as the local runner
+            self.verify(todo)
         bar = Progress(len(todo), progress)
         sink = RowSink(run, on_episode=on_episode, progress=bar)
         in_flight = self.options.workers * self.options.episodes_per_worker

@@ -85,6 +85,18 @@ class RolloutWorker:
         finally:
             self._free.put((recorder, agent))
 
+    def verify(self, task_ids: list[str], episodes: list[int]) -> tuple[list[str], list[str]]:
+        """The run's check before its first episode (`runs.verify.verified_task_ids`), here
+        where a sandbox backend is (the driver may have none): the task ids to plan with and
+        what to tell the user. The calibrations stay in this worker's Grader, which its
+        episodes reuse. Raises UnverifiableTaskError as the local runner does."""
+        from opd_gym.runs.verify import verified_task_ids
+
+        said: list[str] = []
+        ids = verified_task_ids(self.config, self.tasks, task_ids, episodes, pool=self.pool,
+                                grader=self.grader, say=said.append)
+        return ids, said
+
     def prepare(self) -> dict[str, Any]:
         """Build the first slot now (env, agent, the student's tokenizer checked against the
         teacher's), so a mismatch stops the run before any episode; then `info()`."""

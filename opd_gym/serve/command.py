@@ -36,6 +36,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest HTTP body or WebSocket message (default 1 MiB)")
     parser.add_argument("--grace", type=float, default=30.0,
                         help="after Ctrl-C, seconds requests in flight may take (default 30)")
+    parser.add_argument("--skip-unverifiable", action="store_true",
+                        help="a reset draws another task instead of refusing one no grade "
+                        "can vouch for (each task is calibrated at its first reset)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="play every task without calibrating it at its first reset")
     parser.add_argument("--opd", action="store_true",
                         help="serve the OPD wrapper: records in info and in the rows")
     parser.add_argument("--teacher", default="tiny", help="with --opd: the teacher spec")
@@ -58,7 +63,8 @@ def config_from(args: argparse.Namespace) -> ServeConfig:
         idle_timeout=args.idle_timeout, out_dir=args.out, sandbox=args.sandbox,
         pool_size=args.pool_size, max_turns=args.max_turns, tool_format=args.tool_format,
         opd=args.opd, opd_options=opd_options, max_body_bytes=args.max_body,
-        grace=args.grace).check()
+        grace=args.grace, verify_tasks=not args.no_verify,
+        skip_unverifiable=args.skip_unverifiable).check()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

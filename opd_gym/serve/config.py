@@ -45,6 +45,8 @@ class ServeConfig:
     opd_options: Mapping[str, Any] = field(default_factory=dict)
     max_body_bytes: int = DEFAULT_MAX_BODY
     grace: float = 30.0  # after Ctrl-C, seconds sessions may take to finish
+    verify_tasks: bool = True  # a session's reset refuses a task no grade can vouch for
+    skip_unverifiable: bool = False  # ... or draws another one (a task asked for by id: refused)
 
     def check(self) -> ServeConfig:
         """Refuse a public bind without a token and nonsensical limits; returns self."""

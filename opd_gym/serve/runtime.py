@@ -28,7 +28,8 @@ class ServeRuntime:
             out_dir=config.run_dir(), episodes=0, tasks=config.tasks, sandbox=config.sandbox,
             parallel=config.max_sessions, max_turns=config.max_turns, opd=config.opd,
             opd_options=dict(config.opd_options), tool_format=config.tool_format,
-            max_tool_output_chars=config.max_tool_output_chars)
+            max_tool_output_chars=config.max_tool_output_chars,
+            verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable)
         self.tasks = resolve_tasks(config.tasks)
         self.task_ids = {task.id for task in self.tasks}
         self.run = RunDirectory(self.rollout.out_dir)

@@ -252,3 +252,35 @@ def test_repository_tasks_flow_through_ray_opd_exports_and_report(ray_cluster, t
     report = (out / "report.html").read_text()
     first = rows[0].diff["text"].splitlines()[0]
     assert __import__("html").escape(first) in report
+
+
+def test_a_task_no_grade_can_vouch_for_is_refused_before_the_first_ray_episode(
+        ray_cluster, tmp_path, capsys):
+    """As the local runner: the Ray run checks the tasks it plans before any episode (in a
+    worker, where the sandboxes are); an unverifiable one (the starter already passes every
+    test) is refused by name, and with `skip_unverifiable` the run plays without it."""
+    import dataclasses
+
+    from opd_gym.errors import UnverifiableTaskError
+
+    suite = load_suite()
+    fizz = next(t for t in suite if t.id == "fizzbuzz")
+    solved = dataclasses.replace(fizz, id="fizzbuzz-solved", files={**fizz.files,
+                                                                   **fizz.solution})
+    agent = make_agent_factory("demo", suite)
+    options = RayOptions(workers=2, episodes_per_worker=1)
+
+    def config(out, **kw):
+        return RolloutConfig(out_dir=str(tmp_path / out), episodes=4, tasks=[fizz, solved],
+                             sandbox="local", max_turns=6, opd=False, **kw)
+
+    with pytest.raises(UnverifiableTaskError, match="fizzbuzz-solved: .*starter-passes"):
+        run_ray_rollout(config("refused"), agent, options=options, progress=False)
+    assert not RunDirectory(tmp_path / "refused").has_rows()
+    summary = run_ray_rollout(config("skipped", skip_unverifiable=True), agent,
+                              options=options, progress=False)
+    rows = list(RunDirectory(tmp_path / "skipped").rows())
+    assert summary.episodes == 4 and not summary.failures
+    assert sorted(r.episode for r in rows) == [0, 1, 2, 3]
+    assert {r.task_id for r in rows} == {"fizzbuzz"}
+    assert "skipping 1 of 2 task(s) that cannot be verified" in capsys.readouterr().err

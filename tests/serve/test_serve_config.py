@@ -49,3 +49,31 @@ def test_setup_installs_the_pinned_openenv() -> None:
     setup = (Path(__file__).parents[2] / "scripts" / "setup.sh").read_text()
     extras = re.search(r"EXTRAS=\$\{OPD_GYM_EXTRAS:-([^}]*)\}", setup)
     assert f'"{OPENENV_PIN}"' in setup and extras and "serve" in extras.group(1).split(",")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's warning
+def test_the_verify_flags_reach_the_sessions_run_config(tmp_path: Path) -> None:
+    """`--skip-unverifiable` and `--no-verify` become the run config every session's env
+    stack is built from (as rollout's flags do)."""
+    import argparse
+
+    from opd_gym.serve.command import add_arguments, config_from
+    from opd_gym.serve.runtime import ServeRuntime
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    default = config_from(parser.parse_args([]))
+    assert (default.verify_tasks, default.skip_unverifiable) == (True, False)
+    skipping = config_from(parser.parse_args(["--skip-unverifiable"]))
+    assert (skipping.verify_tasks, skipping.skip_unverifiable) == (True, True)
+    assert config_from(parser.parse_args(["--no-verify"])).verify_tasks is False
+    runtime = ServeRuntime(config_from(parser.parse_args(
+        ["--skip-unverifiable", "--sandbox", "local", "--pool-size", "0",
+         "--out", str(tmp_path / "served")])))
+    try:
+        assert runtime.rollout.verify_tasks and runtime.rollout.skip_unverifiable
+        env = runtime.env_stack().unwrapped
+        assert env.verify_tasks and env.skip_unverifiable
+        env.close()
+    finally:
+        runtime.close()

@@ -267,3 +267,37 @@ def test_32_concurrent_sessions_are_isolated(server, tasks) -> None:
         assert mine == [f"s{i}"], text
     assert "CAPACITY_REACHED" in refused
     wait_until(lambda: server.runtime.live_sessions == 0 and not server.server.session_ids)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's warning
+def test_a_task_no_grade_can_vouch_for_is_refused_at_reset_or_skipped(tasks, tmp_path) -> None:
+    """A session's reset calibrates its task first: one whose starter already passes every
+    test is refused with a message naming it and why; `skip_unverifiable` (the CLI's
+    `--skip-unverifiable`) draws another task instead, unless that one was asked for by id."""
+    import dataclasses
+
+    fizz = tasks["fizzbuzz"]
+    solved = dataclasses.replace(fizz, id="fizzbuzz-solved", files={**fizz.files,
+                                                                   **fizz.solution})
+
+    async def resets(url: str) -> list[dict[str, Any]]:
+        answers = []
+        async with connect(url.replace("http", "ws") + "/ws") as ws:
+            for data in ({"task_id": "fizzbuzz-solved"}, {"seed": 0}, {"seed": 1}):
+                await ws.send(json.dumps({"type": "reset", "data": data}))
+                answers.append(json.loads(await ws.recv()))
+        return answers
+
+    def serve(out: str, **kw: Any) -> list[dict[str, Any]]:
+        config = ServeConfig(tasks=[solved, fizz], port=0, out_dir=str(tmp_path / out),
+                             sandbox="local", pool_size=2, max_sessions=2, grace=5, **kw)
+        with ServerThread(config) as srv:
+            return run(resets(srv.url))
+
+    refused, *_ = serve("refusing")
+    assert refused["type"] == "error"
+    assert "fizzbuzz-solved: the task cannot be verified" in refused["data"]["message"]
+    assert "starter-passes" in refused["data"]["message"]
+    by_id, *drawn = serve("skipping", skip_unverifiable=True)
+    assert by_id["type"] == "error" and "fizzbuzz-solved" in by_id["data"]["message"]
+    assert [a["data"]["observation"]["info"]["task_id"] for a in drawn] == ["fizzbuzz"] * 2
