@@ -47,6 +47,7 @@ MAX_RESULT_BYTES = 32 << 20  # outcome lines read per variant
 MAX_OUTPUT_BYTES = 64 << 20  # pytest output read per variant (only the tail is kept)
 OUTPUT_TAIL = 8000
 MESSAGE_CHARS = 500
+CASE_CHARS = 200  # the longest parametrize case an entry names (opd_gym's verdict.CASE_CHARS)
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 RESULT_FD = 3
 HELD_CHARS = 1 << 16  # the longest held value read (opd_grading.canonical caps it too)
@@ -415,6 +416,7 @@ class Reporter:
         self.reports = {}
         self.select = None if select is None else set(select)
         self.skip = set(skip)
+        self.cases = {}  # node id -> its parametrize case ("argname=row,..."), where it has one
 
     def wanted(self, nodeid):
         if self.select is not None and nodeid not in self.select:
@@ -423,7 +425,14 @@ class Reporter:
 
     def pytest_collection_modifyitems(self, config, items):
         """With a selection (a task's exact test ids), every other test is deselected; so is
-        every test whose base id this variant skips (it runs in the other variant only)."""
+        every test whose base id this variant skips (it runs in the other variant only).
+        Each parametrized item's case (the row of each parametrize call) is noted: the host
+        pairs a canary's item with the real one by it where ids follow the values."""
+        for item in items:
+            indices = getattr(getattr(item, "callspec", None), "indices", None)
+            if isinstance(indices, dict) and indices:
+                self.cases[item.nodeid] = ",".join(
+                    f"{name}={row}" for name, row in sorted(indices.items()))[:CASE_CHARS]
         if self.select is None and not self.skip:
             return
         keep = [item for item in items if self.wanted(item.nodeid)]
@@ -453,7 +462,10 @@ class Reporter:
 
     def pytest_runtest_logfinish(self, nodeid, location):
         outcome, message = outcome_of(self.reports.pop(nodeid, {}))
-        self.emit({"id": nodeid, "outcome": outcome, "message": message})
+        entry = {"id": nodeid, "outcome": outcome, "message": message}
+        if nodeid in self.cases:
+            entry["case"] = self.cases[nodeid]
+        self.emit(entry)
 
 
 def interrupt_fails():
@@ -1342,6 +1354,7 @@ class Variant:
         self.held = {}  # node id -> [[site, canonical value, plain]] (host-held expectations)
         self.held_chars = 0
         self.deltas = {}  # node id -> digest of the state it left changed (probe_state)
+        self.cases = {}  # node id -> its parametrize case, as the Reporter named it
         self.exit = None
 
     def feed_output(self, chunk):
@@ -1377,8 +1390,12 @@ class Variant:
             if nodeid in self.tests:  # several items under one id (a custom collector's)
                 if SEVERITY.index(outcome) < SEVERITY.index(self.tests[nodeid][0]):
                     self.tests[nodeid] = (outcome, message)  # plain pytest's verdict: the worst
+                self.cases.pop(nodeid, None)  # no one case: never paired by it
                 return
             self.tests[nodeid] = (outcome, message)
+            case = entry.get("case")
+            if isinstance(case, str) and len(case) <= CASE_CHARS:
+                self.cases[nodeid] = case
             self.order.append(nodeid)
             if self.current == nodeid:
                 self.current = None
@@ -1413,7 +1430,8 @@ class Variant:
         return {
             "tests": [{"id": i, "outcome": self.tests[i][0], "message": self.tests[i][1],
                        **({"held": self.held[i]} if i in self.held else {}),
-                       **({"delta": self.deltas[i]} if i in self.deltas else {})}
+                       **({"delta": self.deltas[i]} if i in self.deltas else {}),
+                       **({"case": self.cases[i]} if i in self.cases else {})}
                       for i in self.order],
             "collect_errors": self.collect_errors,
             "exit": self.exit if self.exit is not None else -1,

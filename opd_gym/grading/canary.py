@@ -228,15 +228,20 @@ class _Unittest:
         """test* methods by name with their defining class: own first, then this module's
         bases left to right (what unittest's loader finds, as far as this module tells)."""
         found: dict[str, tuple[ast.AST, str]] = {}
+        shadowed: set[str] = set()  # `test_x = None`: no inherited test_x runs here
         for child in node.body:
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and \
                     child.name.startswith("test"):
                 found[child.name] = (child, node.name)
+            elif isinstance(child, ast.Assign | ast.AnnAssign):
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                shadowed.update(t.id for t in targets if isinstance(t, ast.Name))
         for base in node.bases:
             local = self.classes.get(base.id) if isinstance(base, ast.Name) else None
             if local is not None and local.name not in seen | {node.name}:
                 for name, entry in self.methods(local, seen | {node.name}).items():
-                    found.setdefault(name, entry)
+                    if name not in shadowed:
+                        found.setdefault(name, entry)
         return found
 
 
@@ -645,9 +650,13 @@ def _sites(function: ast.AST) -> list[_Site]:
 class _Module:
     """What the data-driven sites need to know of all hidden sources and of one module."""
 
-    def __init__(self, tree: ast.Module, uses: Counter[str], hooks: bool) -> None:
+    def __init__(self, tree: ast.Module, uses: Counter[str], hooks: bool,
+                 paired: bool = False) -> None:
         self.uses = uses  # how often each name is used anywhere in the hidden sources
         self.hooks = hooks  # a conftest may rename parametrize ids (pytest_make_parametrize_id)
+        # the grade pairs a canary's items with the real ones by parametrize case (no run
+        # selects node ids), so a table whose ids follow its values may be perturbed too
+        self.paired = paired
         assigned: Counter[str] = Counter()
         self.tables: dict[str, ast.expr] = {}
         self.values: dict[str, ast.Assign] = {}  # module-level `NAME = <value>`, bound once
@@ -675,21 +684,23 @@ class _Module:
                 if isinstance(node.value, ast.List | ast.Tuple):
                     self.tables[node.targets[0].id] = node.value
 
-    def _named(self, node: ast.expr, local: Mapping[str, ast.expr] | None) -> ast.expr | None:
-        """A table name resolved: the test's own table, else a module table read only here;
-        any other node as it is."""
+    def _named(self, node: ast.expr, local: Mapping[str, ast.expr] | None,
+               reads: int = 1) -> ast.expr | None:
+        """A table name resolved: the test's own table, else a module table read only here
+        (`reads` times: a parametrize call's `ids=` may read it too); any other node as it
+        is."""
         if not isinstance(node, ast.Name):
             return node
         if local and node.id in local:
             return local[node.id]
-        return self.tables.get(node.id) if self.uses[node.id] == 1 else None
+        return self.tables.get(node.id) if self.uses[node.id] == reads else None
 
-    def table(self, node: ast.expr, local: Mapping[str, ast.expr] | None = None
-              ) -> ast.List | ast.Tuple | None:
+    def table(self, node: ast.expr, local: Mapping[str, ast.expr] | None = None,
+              reads: int = 1) -> ast.List | ast.Tuple | None:
         """`node` as a literal list of rows: inline, one of the test's own `local` tables
         (`local_tables`), or a module-level constant that nothing but this one use reads (a
         table shared by several tests is never perturbed)."""
-        node = self._named(node, local)
+        node = self._named(node, local, reads)
         if isinstance(node, ast.List | ast.Tuple) and node.elts and _literal(node) is not _NO:
             return node
         return None
@@ -985,6 +996,76 @@ def _id_part(node: ast.expr, argname: str, index: int) -> str | None:
     return f"{argname}{index}"  # containers: pytest names them by argument and row
 
 
+@dataclass(frozen=True)
+class ParamRow:
+    """One row of a literal parametrize table: its cells (one per argument name) and, for a
+    `pytest.param(..., id="x")` row, the `id=` node (pytest names the case by it, escaped as
+    any id)."""
+
+    cells: tuple[ast.expr, ...]
+    id_node: ast.expr | None = None
+
+    @property
+    def own_id(self) -> str | None:
+        value = None if self.id_node is None else _literal(self.id_node)
+        return value if isinstance(value, str) else None
+
+
+def _pytest_param(node: ast.expr) -> bool:
+    """`pytest.param(...)` (or `param(...)` imported from pytest)."""
+    return isinstance(node, ast.Call) and (
+        isinstance(node.func, ast.Attribute) and node.func.attr == "param"
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == "pytest"
+        or isinstance(node.func, ast.Name) and node.func.id == "param")
+
+
+def param_rows(values: ast.expr | None, width: int, single: bool) -> list[ParamRow] | None:
+    """The rows of a parametrize table of literal data (`width` cells each; `single`: one
+    argument name, each row its one value): tuples or lists, or `pytest.param(<cells>,
+    id="x")` rows (no marks, no other keyword). None for anything else."""
+    if not isinstance(values, ast.List | ast.Tuple) or not values.elts:
+        return None
+    rows: list[ParamRow] = []
+    for row in values.elts:
+        id_node = None
+        if _pytest_param(row):
+            assert isinstance(row, ast.Call)
+            keywords = {k.arg: k.value for k in row.keywords}
+            if set(keywords) - {"id"} or any(isinstance(a, ast.Starred) for a in row.args):
+                return None
+            id_node = keywords.get("id")
+            if id_node is not None and not isinstance(_literal(id_node), str):
+                return None
+            cells = list(row.args)
+        elif single:
+            cells = [row]
+        elif isinstance(row, ast.Tuple | ast.List):
+            cells = list(row.elts)
+        else:
+            return None
+        if len(cells) != width or any(_literal(c) is _NO for c in cells):
+            return None
+        rows.append(ParamRow(tuple(cells), id_node))
+    return rows
+
+
+def _ids_follow(ids: ast.expr, table: str | None) -> bool:
+    """Whether a parametrize call's `ids=` names each case from the values the run holds:
+    a callable pytest applies to each value (`ids=str`, `ids=idfn`; a fixed list read
+    through a name changes nothing either) or an expression reading no name but `table`
+    itself (perturbed with it), builtins and its own comprehension variables. A canary's
+    items may then have other ids than the real run's: the grade pairs them by case
+    (`verdict.paired_cases`)."""
+    if isinstance(ids, ast.Name | ast.Attribute):
+        return True
+    scope = ids.body if isinstance(ids, ast.Lambda) else ids
+    own = {a.arg for a in ids.args.args} if isinstance(ids, ast.Lambda) else set()
+    own |= {n.id for n in pyast.walk(scope) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)}
+    return all(n.id == table or n.id in own or n.id in _BUILTINS
+               for n in pyast.walk(scope) if isinstance(n, ast.Name))
+
+
 def _param_sites(function: ast.AST, module: _Module) -> list[_Site]:
     """`@pytest.mark.parametrize("x,expected", [...])` + `assert f(x) == expected`."""
     if module.hooks or not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -1000,25 +1081,31 @@ def _param_sites(function: ast.AST, module: _Module) -> list[_Site]:
         if values is None or not names or len(call.args) > 2 or "indirect" in keywords or None \
                 in keywords:
             continue
-        table = module.table(values)
-        if table is None:
+        given_ids = keywords.get("ids")
+        name = values.id if isinstance(values, ast.Name) else None
+        follows = module.paired and given_ids is not None and _ids_follow(given_ids, name)
+        reads = 1 + (sum(isinstance(n, ast.Name) and n.id == name
+                         for n in pyast.walk(given_ids)) if follows else 0)
+        table = module._named(values, None, reads)
+        single = isinstance(_literal(call.args[0]), str) and len(names) == 1
+        param_table = param_rows(table, len(names), single)
+        if param_table is None or isinstance(values, ast.Name) and table is None:
             continue
-        rows = [list(r.elts) if isinstance(r, ast.Tuple | ast.List) else None
-                for r in table.elts] if len(names) > 1 else [[r] for r in table.elts]
-        if any(r is None or len(r) != len(names) for r in rows):
-            continue
+        rows = [list(r.cells) for r in param_table]
         ids: list[str] | None = None
-        if "ids" in keywords:
-            given = _literal(keywords["ids"])
+        if given_ids is not None:
+            given = _literal(given_ids)
             if not (isinstance(given, list | tuple) and len(given) == len(rows)
-                    and all(isinstance(i, str) for i in given)):
-                continue  # ids from a function or partial: they could follow the values
+                    and all(isinstance(i, str) for i in given)) and not follows:
+                continue  # ids that may not follow the values, and no pairing by case
         else:
-            parts = [[_id_part(v, n, i) for v, n in zip(r, names, strict=True)]
-                     for i, r in enumerate(rows)]
-            if any(p is None for row in parts for p in row):
-                continue
-            ids = ["-".join(row) for row in parts]  # type: ignore[arg-type]
+            parts = [[r.own_id] if r.id_node is not None else
+                     [_id_part(v, n, i) for v, n in zip(r.cells, names, strict=True)]
+                     for i, r in enumerate(param_table)]
+            if not any(p is None for row in parts for p in row):
+                ids = ["-".join(row) for row in parts]  # type: ignore[arg-type]
+            elif not module.paired:
+                continue  # pytest's own ids for these values are not known statically
         last = max([*call.args, *(k.value for k in call.keywords)],
                    key=lambda n: (n.end_lineno, n.end_col_offset))
         for index, name in enumerate(names):
@@ -1827,8 +1914,14 @@ def _apply(data: bytes, edits: Iterable[tuple[int, int, str]]) -> str:
     return b"".join(pieces).decode("utf-8")
 
 
-def _referenced_names(sources: Mapping[str, str]) -> set[str]:
-    """Every name the hidden Python files use (loads, attributes, imports), definitions aside."""
+def _referenced_names(sources: Mapping[str, str], own_bodies: bool = False) -> set[str]:
+    """Every name the hidden Python files use (loads, attributes, imports), definitions
+    aside. With `own_bodies` (edits inside existing test bodies: canaries), a class named
+    only as the base of classes that define all its test methods themselves is left out
+    (`inherited.materialize` copied them: its methods run under its own ids only); a method
+    added to it (a sentinel's clone) would still be inherited, so sentinels read all."""
+    from opd_gym.grading.inherited import shared_bases
+
     names: set[str] = set()
     for path, text in sources.items():
         if not path.endswith(".py"):
@@ -1837,7 +1930,11 @@ def _referenced_names(sources: Mapping[str, str]) -> set[str]:
             tree = parse(text)
         except (SyntaxError, ValueError):
             continue
+        covered = shared_bases(tree) if own_bodies else set()
         for node in pyast.walk(tree):
+            if id(node) in covered or own_bodies and isinstance(node, ast.Name) \
+                    and isinstance(node.ctx, ast.Store):
+                continue  # (binding a name, `test_x = None`, runs no function)
             if isinstance(node, ast.Name):
                 names.add(node.id)
             elif isinstance(node, ast.Attribute):
@@ -1857,7 +1954,7 @@ def _runs_under_one_id(test_id: str, referenced: set[str]) -> bool:
 def make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int, *,
                   exclude: Mapping[str, Collection[tuple[int, str]]] | None = None,
                   only: Collection[str] | None = None,
-                  solution_modules: Collection[str] = ()) -> CanarySet:
+                  solution_modules: Collection[str] = (), paired: bool = False) -> CanarySet:
     """One canary per test of the given test modules (where one can be made), from `seed`.
 
     Each candidate edit is checked by parsing the edited module, so a canary is always valid
@@ -1870,21 +1967,27 @@ def make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int, *
     a test comparing their output with a value it computes at run time (an oracle, a fixture,
     a table no canary changes) gets a canary with `earns` False (see _answer_safety); that is
     a property of the test, the same for every seed and redraw.
+
+    `paired`: the grade pairs a canary's items with the real test's by parametrize case
+    (`verdict.paired_cases`; no run selects node ids), so a parametrize table whose ids
+    follow its values (`ids=` a function or computed from it, or pytest's own ids for values
+    it names at run time) gets a canary too.
     """
     token = _HELPERS.set(frozenset())
     try:
-        return _make_canaries(sources, paths, seed, exclude or {}, only, solution_modules)
+        return _make_canaries(sources, paths, seed, exclude or {}, only, solution_modules,
+                              paired)
     finally:
         _HELPERS.reset(token)
 
 
 def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
                    exclude: Mapping[str, Collection[tuple[int, str]]],
-                   only: Collection[str] | None, solution_modules: Collection[str]
-                   ) -> CanarySet:
+                   only: Collection[str] | None, solution_modules: Collection[str],
+                   paired: bool = False) -> CanarySet:
     canaries: dict[str, Canary] = {}
     tests: list[str] = []
-    referenced = _referenced_names(sources)
+    referenced = _referenced_names(sources, own_bodies=True)
     uses, hooks = _uses(sources)
     fixtures = _fixtures(sources, solution_modules)
     for path in sorted(paths):
@@ -1894,7 +1997,7 @@ def _make_canaries(sources: Mapping[str, str], paths: Iterable[str], seed: int,
             continue
         source = _Source(sources[path])
         statements = _Statements(tree, source)
-        module = _Module(tree, uses, hooks)
+        module = _Module(tree, uses, hooks, paired)
         imports = _Imports(tree)
         origins = _Origins(tree, solution_modules, fixtures)
         _HELPERS.set(frozenset(  # known only when the solution's modules are

@@ -69,6 +69,7 @@ from opd_gym.grading.expected import (
     test_paths,
 )
 from opd_gym.grading.in_process import imports_any
+from opd_gym.grading.inherited import materialize
 from opd_gym.grading.once import run_once
 from opd_gym.grading.report import PASSING, GradeReport
 from opd_gym.grading.rules import canary_failed
@@ -151,6 +152,16 @@ def task_key(task: Task) -> str:
         sort_keys=True,
     )
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def with_own_bodies(task: Task) -> Task:
+    """`task` with each inherited test method given a body of its own in its hidden test
+    modules (`inherited.materialize`; the same object when none changes): what the Grader
+    calibrates and grades, so that one function runs under one node id."""
+    tests = materialize(task.tests, test_paths(task))
+    if all(tests[p] is task.tests[p] for p in tests):
+        return task
+    return dataclasses.replace(task, tests=tests)
 
 
 def hidden_files(task: Task, doctests: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -331,6 +342,7 @@ class Grader:
     def grade(self, task: Task, files: Mapping[str, bytes]) -> GradeReport:
         """Grade `files` (e.g. `sandbox.snapshot()` of the agent's workspace); never raises."""
         started = time.monotonic()
+        task = with_own_bodies(task)
         keep, dropped = select_files(task, files)
         base: dict[str, Any] = {"task_id": task.id, "dropped": tuple(dropped)}
         if not self._expected(task)[0]:
@@ -362,6 +374,7 @@ class Grader:
         serves the task's next grade only, and one drawn under other settings (`single_run`,
         `once`) or another calibration none; at most PREPARED_TASKS tasks keep one (the
         oldest is dropped)."""
+        task = with_own_bodies(task)
         key = task_key(task)
         with self._lock:
             calibration = self._calibrations.get(key)
@@ -381,8 +394,10 @@ class Grader:
         (cached per hash).
 
         Raises CalibrationError (its `fields`: the report's reason, infra_error...) when a
-        calibration run fails; nothing is cached then.
+        calibration run fails; nothing is cached then. Inherited test methods are given
+        bodies of their own first (`inherited.with_own_bodies`), in grades alike.
         """
+        task = with_own_bodies(task)
         key = task_key(task)
         with self._lock:
             done = self._calibrations.get(key)
@@ -410,6 +425,7 @@ class Grader:
         every answer 0. Raises CalibrationError when the calibration could not finish (a
         sandbox died, a run timed out): no verdict on the task either way, and nothing is
         cached, so the caller decides whether to refuse or to try again later."""
+        task = with_own_bodies(task)
         if not self._expected(task)[0]:
             return "the task defines no hidden tests"
         calibration = self.calibration(task)
@@ -484,7 +500,7 @@ class Grader:
         tests that would earn but whose canary the reference passed, redrawn canaries."""
         seed = seed_for(self._secret, key)
         paths = test_paths(task)
-        canaries = make_canaries(task.tests, paths, seed,
+        canaries = make_canaries(task.tests, paths, seed, paired=not task.test_ids,
                                  solution_modules=solution_modules(task))
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
         selected = {base_id(i) for i in task.test_ids or ()}
@@ -750,7 +766,8 @@ class Grader:
             for test in need:
                 exclude.setdefault(test, set()).add(chosen[test].site)
             drawn = make_canaries(task.tests, test_paths(task), seed, exclude=exclude,
-                                  only=need, solution_modules=solution_modules(task)).canaries
+                                  only=need, solution_modules=solution_modules(task),
+                                  paired=not task.test_ids).canaries
             trial = CanarySet({t: drawn[t] for t in need if t in drawn}, canaries.tests)
             if not trial.canaries:
                 break

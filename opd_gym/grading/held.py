@@ -67,6 +67,7 @@ from opd_gym.grading.canary import (
     literal_locals,
     local_tables,
     module_names,
+    param_rows,
     parse,
 )
 from opd_gym.grading.computed import Computed, Pending, Recorded, expected_index
@@ -618,6 +619,8 @@ class _Decorator:
     ids: list[str]
     ids_node: ast.expr | None  # the call's own literal `ids=`
     after: ast.expr  # the call's last argument (`ids=` goes after it)
+    # each row's own `pytest.param(..., id=...)` node (it names the case over `ids=`)
+    id_nodes: list[ast.expr | None] = field(default_factory=list)
 
 
 @dataclass
@@ -698,17 +701,10 @@ def _decorator(call: ast.expr, tables: Mapping[str, ast.expr]) -> _Decorator | N
     if isinstance(values, ast.Name):
         key = f"name:{values.id}"
         values = tables.get(values.id)  # type: ignore[assignment]
-    if not isinstance(values, ast.List | ast.Tuple) or not values.elts \
-            or _literal(values) is _NO:
+    table = param_rows(values, len(names), single)  # tuples, lists or pytest.param rows
+    if table is None:
         return None
-    rows: list[list[ast.expr]] = []
-    for row in values.elts:
-        if single:
-            rows.append([row])
-        elif isinstance(row, ast.Tuple | ast.List) and len(row.elts) == len(names):
-            rows.append(list(row.elts))
-        else:
-            return None
+    rows = [list(row.cells) for row in table]
     ids_node = call.keywords[0].value if call.keywords else None
     if ids_node is not None:
         given = _literal(ids_node)  # explicit ids are escaped as values are (pytest 8, 9)
@@ -717,16 +713,20 @@ def _decorator(call: ast.expr, tables: Mapping[str, ast.expr]) -> _Decorator | N
             return None
         ids = [_escaped(i) for i in given]  # type: ignore[misc]
     else:
-        parts = [[_id_of(v, n, i) for v, n in zip(r, names, strict=True)]
-                 for i, r in enumerate(rows)]
-        if any(p is None for row in parts for p in row):
-            return None
-        ids = ["-".join(row) for row in parts]  # type: ignore[arg-type]
+        ids = []
+    parts = [[_escaped(row.own_id)] if row.own_id is not None else  # a row's own id wins
+             [ids[i]] if ids else
+             [_id_of(v, n, i) for v, n in zip(row.cells, names, strict=True)]
+             for i, row in enumerate(table)]
+    if any(p is None for row in parts for p in row):
+        return None
+    ids = ["-".join(row) for row in parts]  # type: ignore[arg-type]
     if len(set(ids)) != len(ids):
         return None  # pytest would make them unique: left to the canary scheme
     after = max([*call.args, *(k.value for k in call.keywords)],
                 key=lambda n: (n.end_lineno, n.end_col_offset))
-    return _Decorator(call, names, rows, key, ids, ids_node, after)
+    return _Decorator(call, names, rows, key, ids, ids_node, after,
+                      [row.id_node for row in table])
 
 
 def _marks_only(decorator: ast.expr) -> bool:
@@ -1336,6 +1336,9 @@ def _table_edits(source: _Source, params: Mapping[str, _ParamTest],
             else:
                 at = source.span(decorator.after)[1]
                 edits[(at, at)] = f", ids={opaque}"
+            for row, id_node in enumerate(decorator.id_nodes):  # pytest.param's own id wins
+                if id_node is not None:
+                    edits[source.span(id_node)] = repr(_OPAQUE.format(row))
             for row in decorator.rows:
                 for d, column in held:
                     if d == index:

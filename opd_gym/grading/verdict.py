@@ -27,6 +27,7 @@ from opd_gym.grading.sentinel import Placed, Sentinel, SentinelSite
 
 VERSION = 2
 MAX_TESTS = 100_000
+CASE_CHARS = 200  # the longest parametrize case an entry names (the harness's CASE_CHARS)
 HELD_FAILED = "a held expectation was not met (the value the host holds for an assertion)"
 
 
@@ -59,6 +60,9 @@ def _check_variant(data: Any) -> None:
         delta = entry.get("delta", "")
         if not isinstance(delta, str) or len(delta) > 64:
             raise VerdictError("a verdict entry's state digest has an unknown shape")
+        case = entry.get("case", "")
+        if not isinstance(case, str) or len(case) > CASE_CHARS:
+            raise VerdictError("a verdict entry's parametrize case has an unknown shape")
     if not isinstance(data.get("collect_errors", []), list):
         raise VerdictError("the verdict's collect_errors is not a list")
     running = data.get("running", [])
@@ -148,7 +152,7 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
     report (a task's `test_ids`). `held`: the expectations the host holds per run (a pass
     that does not meet them is a failure).
     """
-    runs = data["variants"]
+    runs = paired_cases(data["variants"], canaries, variants)
     merged = Merged()
     merged.timed_out = any(bool(r.get("timed_out")) for r in runs)
     exits = [r.get("exit") for r in runs]
@@ -236,6 +240,38 @@ def merge(data: Mapping[str, Any], expected: Collection[str], exact: bool, canar
                 problems.append("the two runs of the hidden tests collected different test ids")
     merged.reason = "; ".join(problems)
     return merged
+
+
+def paired_cases(runs: list[dict[str, Any]], canaries: CanarySet, variants: Variants
+                 ) -> list[dict[str, Any]]:
+    """`runs` with each canary item named as its real test's item of the same parametrize
+    case (the row of each parametrize call, which the harness reports): where a test's ids
+    follow its values (`ids=` a function, or computed from the table), the canary's changed
+    rows give its items other ids than the real run's. An item paired with none keeps its
+    id, and the two runs then collect different ids: the grade fails, it is never paid."""
+    if len(runs) < 2:
+        return runs
+    cases = [{(base_id(e["id"]), e["case"]): e["id"] for e in run["tests"] if e.get("case")}
+             for run in runs]
+    out = []
+    for index, run in enumerate(runs):
+        renamed: dict[str, str] = {}
+        for entry in run["tests"]:
+            base = base_id(entry["id"])
+            real = variants.real_in.get(base, 0)
+            if not entry.get("case") or base not in canaries.canaries or real == index \
+                    or real >= len(cases):
+                continue
+            twin = cases[real].get((base, entry["case"]))
+            if twin is not None and twin != entry["id"]:
+                renamed[entry["id"]] = twin
+        if renamed:
+            run = {**run, "tests": [{**e, "id": renamed.get(e["id"], e["id"])}
+                                    for e in run["tests"]]}
+            if isinstance(run.get("running"), list):
+                run["running"] = [renamed.get(i, i) for i in run["running"]]
+        out.append(run)
+    return out
 
 
 def leak_culprits(run: Merged, alone: Merged

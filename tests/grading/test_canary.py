@@ -4,6 +4,7 @@ built-in task (the reference passes each real test and fails each canary, graded
 from __future__ import annotations
 
 import ast
+import dataclasses
 import random
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -845,3 +846,68 @@ def test_arithmetic_on_literals_is_a_literal(text, value):
 def test_arithmetic_the_host_would_not_compute_is_no_literal(text):
     # too large, raising, naming anything, or not numbers and text: left to the test
     assert canary_module._literal(ast.parse(text, mode="eval").body) is canary_module._NO
+
+
+FOLLOWING = '''\
+import pytest
+
+from labels import label
+
+ROWS = [(1, "a1"), (2, "aa2"), (3, "aaa3")]
+
+
+@pytest.mark.parametrize("i, want", ROWS, ids=[w for _, w in ROWS])
+def test_computed(i, want):
+    assert label(i) == want
+
+
+@pytest.mark.parametrize("i, want", [(4, "aaaa4"), (5, "aaaaa5")], ids=lambda v: f"v{v}")
+def test_lambda(i, want):
+    assert label(i) == want
+
+
+@pytest.mark.parametrize("want", ["a" * 120 + "6"])
+def test_long_auto_id(want):
+    assert label(6) == want
+'''
+
+
+def test_tables_whose_ids_follow_their_values_pair_their_canary_items_by_case():
+    """A parametrize table whose ids change with its values (computed from the table, a
+    lambda, pytest's own id of a value only the run names) gets a canary where the grade
+    pairs items by case, none where a run selects node ids; the harness's real run names
+    plain pytest's ids, and `merge` reads each canary under its real item's id (so the
+    reference fails every canary and passes every real test)."""
+    sources = {"test_labels.py": FOLLOWING}
+    unpaired = make_canaries(sources, ["test_labels.py"], seed=3, solution_modules=["labels"])
+    assert not any(c.earns or c.kind == "param" for c in unpaired.canaries.values())
+    canaries = make_canaries(sources, ["test_labels.py"], seed=3, solution_modules=["labels"],
+                             paired=True)
+    assert set(canaries.canaries) == {"test_labels.py::test_computed",
+                                      "test_labels.py::test_lambda",
+                                      "test_labels.py::test_long_auto_id"}
+    assert all(c.earns for c in canaries.canaries.values()), canaries.canaries
+    canaries = dataclasses.replace(canaries, canaries={  # the table's canary, whatever drawn
+        t: c for t, c in canaries.canaries.items() if c.kind == "param"})
+    assert canaries.canaries
+    variants = build_variants(sources, canaries)
+    with tempfile.TemporaryDirectory(prefix="opd-canary-") as folder:
+        Path(folder, "labels.py").write_text(
+            "def label(i):\n    return 'a' * (i if i < 6 else 120) + str(i)\n")
+        raw = run_harness_here(folder, list(variants.files), args=["test_labels.py"])
+    data = parse_verdict(raw)
+    real_ids = {e["id"] for run, index in zip(data["variants"], (0, 1), strict=True)
+                for e in run["tests"] if variants.real_in[e["id"].partition("[")[0]] == index}
+    assert {"test_labels.py::test_computed[a1]", "test_labels.py::test_lambda[v4-vaaaa4]"} \
+        <= real_ids
+    merged = merge(data, expected_tests(sources, ["test_labels.py"]), False, canaries,
+                   variants)
+    assert not merged.reason, merged.reason
+    assert set(merged.canary) == set(merged.real) == real_ids
+    assert all(o == "passed" for o, _ in merged.real.values())
+    assert all(o == "failed" for o in merged.canary.values()), merged.canary
+    broken = {**data, "variants": [data["variants"][0], {**data["variants"][1], "tests": [
+        {k: v for k, v in e.items() if k != "case"} for e in data["variants"][1]["tests"]]}]}
+    unpaired_run = merge(broken, expected_tests(sources, ["test_labels.py"]), False,
+                         canaries, variants)
+    assert "collected different test ids" in unpaired_run.reason  # never paid unpaired

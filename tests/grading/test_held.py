@@ -317,7 +317,8 @@ def test_fixture(a, b, tmp_path):
 '''
 PARAM_HELD = {"test_p.py::test_name", "test_p.py::test_name_again", "test_p.py::test_stacked",
               "test_p.py::test_single", "test_p.py::test_escaped",
-              "test_p.py::test_explicit_ids"}  # explicit ids escaped as pytest does
+              "test_p.py::test_explicit_ids",  # explicit ids escaped as pytest does
+              "test_p.py::test_param_rows"}  # pytest.param rows of literal cells too
 
 
 def test_parametrize_columns_read_once_from_literal_tables_are_candidates():
@@ -325,8 +326,8 @@ def test_parametrize_columns_read_once_from_literal_tables_are_candidates():
     found = held.candidates(sources, ["test_p.py"])
     assert held.parametrized(sources, ["test_p.py"]) == PARAM_HELD
     assert found["test_p.py::test_stacked"] == (1,)
-    # a table another test reads, a column read twice, callable ids, indirect, pytest.param
-    # rows, ids pytest would make unique, a fixture argument: not held per case
+    # a table another test reads, a column read twice, callable ids, indirect, ids pytest
+    # would make unique, a fixture argument: not held per case
     assert not {t for t in found if t not in PARAM_HELD}
 
 

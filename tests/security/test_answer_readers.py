@@ -389,3 +389,92 @@ def test_expectations_read_from_literal_tables_are_held_and_earn(grader):
     # the frame reader's passes fail on the host: nothing in the sandbox knew a value
     report = _grade(grader, ROMAN, ROMAN_FRAME_READER)
     assert all(t.outcome != "passed" for t in report.tests), report.tests
+
+
+# -- parametrize tables whose ids follow their values (ids= computed, a lambda, a callable) ---
+def _cases(name: str, rows: range) -> str:
+    cells = ", ".join(f"({i}, {('é' * (i % 3 + 1) + str(i))!r})" for i in rows)
+    return f"{name} = [{cells}]\n"
+
+
+FOLLOWING_IDS = Task(
+    id="following-ids", prompt="Implement label(i) in labels.py.",
+    files={"labels.py": "def label(i):\n    raise NotImplementedError\n"},
+    solution={"labels.py": "def label(i):\n    return 'é' * (i % 3 + 1) + str(i)\n"},
+    tests={"test_labels.py": (
+        "import pytest\n\nfrom labels import label\n\n"
+        + _cases("COMPUTED", range(13)) + _cases("LAMBDA", range(13, 26))
+        + _cases("CALLABLE", range(26, 39)) + "\n\n"
+        "@pytest.mark.parametrize('i, want', COMPUTED, ids=[w for _, w in COMPUTED])\n"
+        "def test_computed_ids(i, want):\n    assert label(i) == want\n\n\n"
+        "@pytest.mark.parametrize('i, want', LAMBDA, ids=lambda v: f'v{v}')\n"
+        "def test_lambda_ids(i, want):\n    assert label(i) == want\n\n\n"
+        "@pytest.mark.parametrize('i, want', CALLABLE, ids=str)\n"
+        "def test_callable_ids(i, want):\n    assert label(i) == want\n")},
+    timeout=60.0)
+PARAM_ROWS = Task(
+    id="param-rows", prompt="Implement label(i) in labels.py.",
+    files=FOLLOWING_IDS.files, solution=FOLLOWING_IDS.solution,
+    tests={"test_labels.py": (
+        "import pytest\n\nfrom labels import label\n\n\n"
+        "@pytest.mark.parametrize('i, want', [\n"
+        + "".join(f"    pytest.param({i}, {('é' * (i % 3 + 1) + str(i))!r}, "
+                  f"id={('é' * (i % 3 + 1) + str(i))!r}),\n" for i in range(4))
+        + "    (4, 'éé4'),\n])\n"
+        "def test_rows(i, want):\n    assert label(i) == want\n")},
+    timeout=60.0)
+ID_READER = '''
+import os
+import re
+
+
+def label(i):
+    """The expected value read back from the running test's id (the ids name it)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    found = re.search(r"\\[(?:.*-)?v?([^\\]-]*)\\]", current)
+    text = found.group(1) if found else ""
+    return text.encode("ascii").decode("unicode_escape") if "\\\\x" in text else text
+'''
+WANT_READER = FRAME_READER.replace("def is_leap(year):", "def label(i):\n    return _read()\n\n\n"
+                                   "def is_leap(year):")
+
+
+def test_pytest_param_rows_are_held_and_pay_the_reference_and_no_reader(grader):
+    """`pytest.param(i, want, id=want)` rows beside plain ones: the expected column is held
+    on the host (five cases, too few to earn on canaries alone) and the sandbox's ids are
+    opaque, so the reference earns every case under plain pytest's ids while a frame
+    reader, a reader of the id in PYTEST_CURRENT_TEST and a wrong answer earn 0."""
+    reference = _grade(grader, PARAM_ROWS, PARAM_ROWS.solution["labels.py"])
+    assert reference.score == 1.0 and reference.all_passed, reference.reason
+    assert [t.rule for t in reference.tests] == ["held"] * 5
+    assert {t.name for t in reference.tests} == {
+        "test_labels::test_rows[\\xe90]", "test_labels::test_rows[\\xe9\\xe91]",
+        "test_labels::test_rows[\\xe9\\xe9\\xe92]", "test_labels::test_rows[\\xe93]",
+        "test_labels::test_rows[4-\\xe9\\xe94]"}
+    for source in (PARAM_ROWS.files["labels.py"], WANT_READER, ID_READER,
+                   "def label(i):\n    return str(i)\n"):
+        report = _grade(grader, PARAM_ROWS, source)
+        assert report.score == 0.0 and not report.infra_error, (source, report.reason)
+
+
+def test_a_table_whose_ids_follow_its_values_pays_the_reference_and_no_reader(grader):
+    """`ids=` computed from the table, a lambda or a callable: the ids change with the
+    canary's values, so its items are paired with the real ones by parametrize case. The
+    reference earns every case (39, enough to earn on canaries alone); the untouched starter,
+    a frame reader of `want`, a reader of the id in PYTEST_CURRENT_TEST and a wrong answer
+    earn 0."""
+    reference = _grade(grader, FOLLOWING_IDS, FOLLOWING_IDS.solution["labels.py"])
+    assert reference.score == 1.0 and reference.all_passed, reference.reason
+    assert sum(t.earns for t in reference.tests) == 39, [t.rule for t in reference.tests]
+    names = {t.name for t in reference.tests}
+    assert {n.partition("[")[0] for n in names} == {
+        "test_labels::test_computed_ids", "test_labels::test_lambda_ids",
+        "test_labels::test_callable_ids"}
+    # plain pytest's own ids, never the canary's changed ones
+    assert {"test_labels::test_computed_ids[\\xe90]",
+            "test_labels::test_lambda_ids[v13-v\\xe9\\xe913]",
+            "test_labels::test_callable_ids[26-\\xe9\\xe9\\xe926]"} <= names, sorted(names)[:5]
+    for source in (FOLLOWING_IDS.files["labels.py"], WANT_READER, ID_READER,
+                   "def label(i):\n    return str(i)\n"):
+        report = _grade(grader, FOLLOWING_IDS, source)
+        assert report.score == 0.0 and not report.infra_error, (source, report.reason)

@@ -1,0 +1,140 @@
+"""Inherited test methods given bodies of their own (grading/inherited.py): plain pytest
+collects the same ids in the same order with the same outcomes from the materialized module
+as from the original, and a suite repeating its tests across TestCase subclasses pays the
+reference (each id its own canary and held site) while an always-equal answer earns 0."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opd_gym.grading import Grader
+from opd_gym.grading.canary import make_canaries
+from opd_gym.grading.inherited import materialize_module
+from opd_gym.tasks import Task
+
+SUITE = '''\
+import unittest
+
+from shapes import area, perim
+
+
+class Checks:
+    """Tests shared by the TestCase classes below (a mixin: never collected itself)."""
+
+    @unittest.skipIf(False, "never")
+    def test_area(self):
+        self.assertEqual(area(2, 3), 6)
+
+    def test_perim(self):
+        self.assertEqual(perim(2, 3), 10)
+
+
+class TestShapes(Checks, unittest.TestCase):
+    """The mixin's tests as they are."""
+
+
+class TestMore(TestShapes):
+    def test_square(self):
+        self.assertEqual(area(4, 4), 16)
+
+    test_perim = None  # disabled here: never copied over
+
+
+class TestSuper(Checks, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+
+    def test_area(self):  # its own: kept as it is
+        self.assertEqual(area(1, 1), 1)
+
+
+class TestPlain(unittest.TestCase):
+    def test_zero(self):
+        self.assertEqual(area(0, 9), 0)
+
+
+class TestDerived(TestPlain):
+    pass
+'''
+STARTER = "def area(w, h):\n    raise NotImplementedError\n\n\ndef perim(w, h):\n    return 0\n"
+REFERENCE = "def area(w, h):\n    return w * h\n\n\ndef perim(w, h):\n    return 2 * (w + h)\n"
+ALWAYS_EQUAL = ("class _Any(int):\n    def __eq__(self, other):\n        return True\n\n"
+                "    __hash__ = int.__hash__\n\n\n"
+                "def area(w, h):\n    return _Any(0)\n\n\ndef perim(w, h):\n    return _Any(0)\n")
+
+
+def _collect_and_run(folder: Path, suite: str, shapes: str) -> list[str]:
+    """Plain pytest's report lines (`id PASSED/FAILED`, in run order) for `suite`."""
+    (folder / "test_shapes.py").write_text(suite)
+    (folder / "shapes.py").write_text(shapes)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", "test_shapes.py"], cwd=folder, text=True,
+                          capture_output=True, timeout=120)
+    return [line for line in done.stdout.splitlines()
+            if line.startswith(("PASSED ", "FAILED ", "SKIPPED ", "ERROR "))]
+
+
+def test_plain_pytest_sees_the_same_ids_order_and_outcomes(tmp_path):
+    materialized = materialize_module(SUITE)
+    assert materialized != SUITE
+    tree = ast.parse(materialized)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    own = {name: [f.name for f in node.body if isinstance(f, ast.FunctionDef)]
+           for name, node in classes.items()}
+    assert own["TestShapes"] == ["test_area", "test_perim"]  # after the docstring
+    assert ast.get_docstring(classes["TestShapes"]) == "The mixin's tests as they are."
+    assert own["TestMore"] == ["test_area", "test_square"]  # test_perim = None stays
+    assert own["TestSuper"] == ["test_perim", "setUp", "test_area"]  # its own test_area kept
+    assert own["TestDerived"] == ["test_zero"]
+    for shapes in (REFERENCE, STARTER, ALWAYS_EQUAL):
+        original = _collect_and_run(tmp_path, SUITE, shapes)
+        assert original and _collect_and_run(tmp_path, materialized, shapes) == original
+    assert materialize_module(materialized) == materialized  # nothing left to copy
+
+
+def test_a_copy_is_never_made_where_it_would_bind_another_class():
+    text = ("import unittest\n\n\nclass Base(unittest.TestCase):\n"
+            "    def test_a(self):\n        super().setUp()\n\n\nclass TestB(Base):\n"
+            "    x = 1\n")
+    assert materialize_module(text) == text
+    mangled = text.replace("super().setUp()", "self.__hidden = 1")
+    assert materialize_module(mangled) == mangled  # `self.__hidden` is `_Base__hidden` there
+    assert materialize_module("class T(\n") == "class T(\n"  # no parse: as it is
+
+
+def test_every_id_of_an_inherited_method_gets_a_canary_of_its_own():
+    """Before, a method run under several ids got no canary (an edit would change them all);
+    materialized, each id has its own function and its own canary."""
+    sources = {"test_shapes.py": materialize_module(SUITE)}
+    canaries = make_canaries(sources, ["test_shapes.py"], seed=1, solution_modules=["shapes"])
+    assert {"test_shapes.py::TestShapes::test_area", "test_shapes.py::TestMore::test_area",
+            "test_shapes.py::TestSuper::test_perim", "test_shapes.py::TestPlain::test_zero",
+            "test_shapes.py::TestDerived::test_zero"} <= set(canaries.canaries)
+    before = make_canaries({"test_shapes.py": SUITE}, ["test_shapes.py"], seed=1,
+                           solution_modules=["shapes"])
+    assert "test_shapes.py::TestShapes::test_area" not in before.canaries
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's warning
+def test_a_suite_repeating_its_tests_across_testcase_classes_pays_the_reference(local_pool):
+    task = Task(id="inherited", prompt="Implement area and perim in shapes.py.",
+                files={"shapes.py": STARTER}, solution={"shapes.py": REFERENCE},
+                tests={"test_shapes.py": SUITE}, timeout=60.0)
+    grader = Grader(local_pool)
+    assert grader.unverifiable(task) == ""
+    reference = grader.grade(task, {"shapes.py": REFERENCE.encode()})
+    assert reference.score == 1.0 and reference.all_passed, reference.reason
+    earning = {t.name for t in reference.tests if t.earns}
+    assert {"test_shapes.TestShapes::test_area", "test_shapes.TestMore::test_area",
+            "test_shapes.TestSuper::test_perim", "test_shapes.TestDerived::test_zero",
+            "test_shapes.TestPlain::test_zero"} <= earning, \
+        sorted((t.name, t.rule) for t in reference.tests)
+    for source in (STARTER, ALWAYS_EQUAL, REFERENCE.replace("2 * (w + h)", "w + h")):
+        report = grader.grade(task, {"shapes.py": source.encode()})
+        assert report.score < 1.0 and not report.infra_error, (source, report.reason)
+    assert grader.grade(task, {"shapes.py": STARTER.encode()}).score == 0.0
