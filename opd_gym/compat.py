@@ -18,6 +18,8 @@ from typing import Any
 # old module -> the module that replaced it
 MOVED_MODULES: dict[str, str] = {
     "opd_gym.opd.exporters": "opd_gym.exports.formats",
+    "opd_gym.serve.command": "opd_gym.cli.serve",
+    "opd_gym.proxy.cli": "opd_gym.cli.proxy",
 }
 
 # module -> {old name: (new module, new name)}
@@ -27,6 +29,24 @@ MOVED_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "make_judge": ("opd_gym.opd.judges", "make_judge"),
         "make_policy": ("opd_gym.agents.policies", "make_policy"),
         "check_tokenizers": ("opd_gym.opd.chat", "check_tokenizers"),
+    },
+    "opd_gym.cli": {  # cli.py became a package of one module per command
+        "_tool_format_name": ("opd_gym.cli.options", "tool_format_name"),
+        "_suite_max_turns": ("opd_gym.cli.options", "suite_max_turns"),
+        "_tasks_spec": ("opd_gym.cli.options", "task_spec"),
+        "_load_tasks": ("opd_gym.cli.options", "load_tasks"),
+        "_build_environments": ("opd_gym.cli.sandbox", "build_environments"),
+        "_validate": ("opd_gym.cli.tasks", "validate"),
+        "cmd_rollout": ("opd_gym.cli.rollout", "run"),
+        "cmd_tasks": ("opd_gym.cli.tasks", "run"),
+        "cmd_check_suite": ("opd_gym.cli.check_suite", "run"),
+        "cmd_view": ("opd_gym.cli.view", "run"),
+        "cmd_report": ("opd_gym.cli.report", "run"),
+        "cmd_export": ("opd_gym.cli.export", "run"),
+        "cmd_build": ("opd_gym.cli.sandbox", "run_build"),
+        "cmd_doctor": ("opd_gym.cli.sandbox", "run_doctor"),
+        "cmd_images": ("opd_gym.cli.sandbox", "run_images"),
+        "cmd_prune": ("opd_gym.cli.sandbox", "run_prune"),
     },
     "opd_gym.models.tokenizer": {
         "prompt_ids": ("opd_gym.transcript", "prompt_ids"),

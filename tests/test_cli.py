@@ -306,12 +306,12 @@ def test_hf_dataset_names_with_the_datasets_extra(tmp_path):
 
 def test_a_bug_is_a_traceback_not_one_line(tmp_path):
     """Anything that is not an OPDGymError is a bug: the CLI shows its traceback, exit 1.
-    No command has a bug on demand, so this run injects one (a fake: cmd_view raises)."""
+    No command has a bug on demand, so this run injects one (a fake: view's run raises)."""
     script = (
-        "import sys, opd_gym.cli as cli\n"
+        "import sys, opd_gym.cli as cli, opd_gym.cli.view as view\n"
         "def boom(args):\n"
         "    raise KeyError('a programming error')\n"
-        "cli.cmd_view = boom\n"
+        "view.run = boom\n"
         f"sys.exit(cli.main(['view', {str(tmp_path)!r}]))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

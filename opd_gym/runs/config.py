@@ -163,9 +163,7 @@ def _flag_value(action: argparse.Action, value: Any, where: str) -> Any:
 def _kind(action: argparse.Action) -> str:
     if action.type in (int, float):
         return "number"
-    name = getattr(action.type, "__name__", "")
-    return {"_positive": "positive integer", "_seconds": "number of seconds",
-            "_output_chars": "number of characters"}.get(name, "string")
+    return getattr(action.type, "kind", "string")  # what the CLI's own types say they read
 
 
 def _task_spec_flags(spec: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""`opd-gym proxy`: serve a recording proxy on loopback until Ctrl-C (the CLI's half)."""
+"""`opd-gym proxy`: serve a recording OpenAI-compatible model proxy on loopback until Ctrl-C
+(exact ids and logprobs of each call, per episode; the proxy itself is `opd_gym.proxy`)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def make_backend(args: argparse.Namespace):
                                device=args.device, dtype=args.dtype)
 
 
-def run_proxy(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Start the proxy, open the `--episode` keys, print where it listens, serve until Ctrl-C."""
     from opd_gym.proxy.server import RecordingProxy
 
@@ -67,3 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning",
                         choices=["critical", "error", "warning", "info", "debug"],
                         help="the HTTP server's log level (default warning)")
+
+
+run_proxy = run  # the name it had in opd_gym.proxy.cli
+
+__all__ = ["add_arguments", "make_backend", "run", "run_proxy"]

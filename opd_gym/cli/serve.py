@@ -1,20 +1,22 @@
-"""`opd-gym serve`: its flags and its command (openenv-core is imported only when it runs)."""
+"""`opd-gym serve`: the env (with or without OPD) over OpenEnv's protocol; its flags and its
+command (openenv-core is imported only when it runs)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from opd_gym.serve import OPENENV_PIN
-from opd_gym.serve.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ServeConfig
+from opd_gym.cli import options
+from opd_gym.cli.errors import UserError
 
 TOKEN_ENV = "OPD_GYM_SERVE_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `opd-gym serve`."""
-    parser.add_argument("--tasks", default="coding",
-                        help="task source, as for rollout (suite name, file, folder)")
+    from opd_gym.serve.config import DEFAULT_MAX_BODY, DEFAULT_PORT
+
+    options.task_source(parser)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default loopback; any other needs --token)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -27,48 +29,62 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds without a message before a session and its sandbox "
                         "are reclaimed (default 300)")
     parser.add_argument("--out", default=None, help="run directory (default runs/serve-<time>)")
-    parser.add_argument("--sandbox", default="docker", help="sandbox backend (default docker)")
+    options.sandbox(parser)
     parser.add_argument("--pool-size", type=int, default=4,
                         help="warm sandboxes shared by all sessions (default 4)")
-    parser.add_argument("--max-turns", type=int, default=15)
-    parser.add_argument("--tool-format", default="hermes")
+    options.limits(parser)
+    options.tool_format(parser)
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, metavar="BYTES",
                         help="largest HTTP body or WebSocket message (default 1 MiB)")
-    parser.add_argument("--grace", type=float, default=30.0,
-                        help="after Ctrl-C, seconds requests in flight may take (default 30)")
-    parser.add_argument("--skip-unverifiable", action="store_true",
-                        help="a reset draws another task instead of refusing one no grade "
-                        "can vouch for (each task is calibrated at its first reset)")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="play every task without calibrating it at its first reset")
+    options.verification(parser)
     parser.add_argument("--opd", action="store_true",
                         help="serve the OPD wrapper: records in info and in the rows")
-    parser.add_argument("--teacher", default="tiny", help="with --opd: the teacher spec")
-    parser.add_argument("--judge", default="rule", help="with --opd: the judge spec")
-    parser.add_argument("--topk", type=int, default=None, help="with --opd: teacher top-K")
-    parser.add_argument("--hint-scope", default=None, choices=["turn", "episode"],
-                        help="with --opd: hint scope")
+    options.opd_options(parser)
 
 
-def config_from(args: argparse.Namespace) -> ServeConfig:
-    """The ServeConfig the flags describe (checked)."""
-    opd_options = {"teacher": args.teacher, "judge": args.judge}
-    if args.topk is not None:
-        opd_options["topk"] = args.topk
-    if args.hint_scope is not None:
-        opd_options["hint_scope"] = args.hint_scope
-    return ServeConfig(
-        tasks=args.tasks, host=args.host, port=args.port, max_sessions=args.max_sessions,
+def sandbox_backend(spec: str) -> str:
+    """The backend `--sandbox` names; `auto` never falls back to the unisolated local backend
+    for a server (that takes `--sandbox local`, said out loud)."""
+    from opd_gym import specs
+
+    backend = specs.sandbox_backend(spec)
+    if spec == "auto" and backend == "local":
+        raise UserError("--sandbox auto found neither a Docker engine with the sandbox image nor "
+                        "bubblewrap: `opd-gym sandbox build` makes the image (a server on the "
+                        "local backend, with no isolation, takes --sandbox local)")
+    return backend
+
+
+def config_from(args: argparse.Namespace):
+    """The ServeConfig the flags describe (checked: the bind and limits first, then the
+    sandbox backend, which may probe the Docker engine)."""
+    import dataclasses
+
+    from opd_gym.serve.config import ServeConfig
+
+    opd_options = {"teacher": args.teacher, "judge": args.judge, "topk": args.topk,
+                   "votes": args.votes, "hint_scope": args.hint_scope}
+    if options.teacher_options(args):
+        opd_options["teacher_options"] = options.teacher_options(args)
+    spec = options.task_spec(args)
+    config = ServeConfig(
+        tasks=spec, host=args.host, port=args.port, max_sessions=args.max_sessions,
         token=args.token or os.environ.get(TOKEN_ENV) or None,
-        idle_timeout=args.idle_timeout, out_dir=args.out, sandbox=args.sandbox,
-        pool_size=args.pool_size, max_turns=args.max_turns, tool_format=args.tool_format,
+        idle_timeout=args.idle_timeout, out_dir=args.out,
+        sandbox=args.sandbox, pool_size=args.pool_size,
+        max_turns=args.max_turns or options.suite_max_turns(spec),
+        max_tool_output_chars=args.max_tool_output or None,
+        tool_format=options.tool_format_name(args.tool_format, None),
         opd=args.opd, opd_options=opd_options, max_body_bytes=args.max_body,
         grace=args.grace, verify_tasks=not args.no_verify,
         skip_unverifiable=args.skip_unverifiable).check()
+    return dataclasses.replace(config, sandbox=sandbox_backend(args.sandbox))
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C; exit 0 after draining."""
+    from opd_gym.serve import OPENENV_PIN
+
     config = config_from(args)  # refused before anything starts
     try:
         import openenv.core.env_server  # noqa: F401  (the extra, checked before anything starts)
@@ -84,4 +100,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["TOKEN_ENV", "add_arguments", "cmd_serve", "config_from"]
+cmd_serve = run  # the name it had in opd_gym.serve.command
+
+__all__ = ["TOKEN_ENV", "add_arguments", "cmd_serve", "config_from", "run"]
