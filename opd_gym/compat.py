@@ -20,6 +20,11 @@ MOVED_MODULES: dict[str, str] = {
     "opd_gym.opd.exporters": "opd_gym.exports.formats",
     "opd_gym.serve.command": "opd_gym.cli.serve",
     "opd_gym.proxy.cli": "opd_gym.cli.proxy",
+    # the records several layers share moved to the ground floor (opd_gym.records)
+    "opd_gym.tasks.model": "opd_gym.records.task",
+    "opd_gym.agents.base": "opd_gym.records.policy",
+    "opd_gym.runs.schema": "opd_gym.records.rows",
+    "opd_gym.opd.record": "opd_gym.records.opd_record",
 }
 
 # module -> {old name: (new module, new name)}

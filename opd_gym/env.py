@@ -26,11 +26,11 @@ from opd_gym.episode import (  # noqa: F401  (end reasons, re-exported for old i
 )
 from opd_gym.errors import CalibrationError, ConfigError, UnverifiableTaskError
 from opd_gym.grading import Grader, GradeReport
+from opd_gym.records.task import Task
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
 from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, EnvironmentSpec, ImageCache, parse_size
 from opd_gym.spaces import ModelOutput, UnicodeText
-from opd_gym.tasks.model import Task
 from opd_gym.tasks.repo import environment
 from opd_gym.tasks.resolve import DEFAULT_SUITE, pick_task, resolve_tasks  # noqa: F401
 from opd_gym.tools.executor import ToolResult

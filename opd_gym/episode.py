@@ -20,9 +20,9 @@ from typing import Any
 from opd_gym.actions import ModelOutputData, to_model_output
 from opd_gym.errors import ConfigError, OPDGymError
 from opd_gym.grading import Grader, GradeReport
+from opd_gym.records.task import Task
 from opd_gym.rewards import RewardBreakdown, RewardWeights, compute_reward
 from opd_gym.sandboxes import Sandbox, SandboxDied, SandboxError, SandboxPool, SandboxTimeout
-from opd_gym.tasks.model import Task
 from opd_gym.tasks.repo import workspace_files
 from opd_gym.tasks.repo_diff import WorkspaceDiff, base_commit, collect_diff
 from opd_gym.tools.executor import MIN_OUTPUT_CHARS, ToolExecutor, ToolResult, error_result

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.agents.base import close
 from opd_gym.grading import Grader
+from opd_gym.records.policy import close
 from opd_gym.runs import (
     SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: the runner's old names)
     TRAJECTORIES,  # noqa: F401

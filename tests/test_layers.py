@@ -13,15 +13,17 @@ ROOT = Path(opd_gym.__file__).parent
 
 # bottom up; a module belongs to the layer of its longest matching prefix ("" is the package)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundations", ("errors", "resources", "actions", "spaces", "pyast", "nodeids")),
+    # records: the task, policy protocol, episode row and OPD record every layer shares
+    ("foundations", ("errors", "resources", "actions", "spaces", "pyast", "nodeids",
+                     "records")),
     # grading.canary reads test sources (pure AST, imports nothing of the package): task
     # synthesis asks it which tests can earn, the grader builds its variants from it
     # grading.inherited likewise (it gives inherited test methods bodies of their own)
     ("parts", ("models", "sandboxes", "tasks", "tools", "specs", "grading.canary",
                "grading.inherited")),
     ("judgement", ("grading", "rewards", "transcript")),
-    # the row formats and the files that hold them: written by the recorder, read by anyone
-    ("records", ("opd.record", "runs.schema", "runs.directory", "wrappers")),
+    # the files rows are kept in: written by the recorder, read by anyone
+    ("run files", ("runs.directory", "wrappers")),
     ("episode", ("episode", "env", "registration")),
     ("actors", ("agents", "proxy")),  # proxy: the model-call recorder agents talk through
     ("opd", ("opd",)),
@@ -177,7 +179,7 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
              "opd_gym.agents.policies": {"opd_gym.specs": 2}}
     assert _cycles(graph) == [["opd_gym.agents.policies", "opd_gym.specs"]]
     assert layer("opd_gym.agents.policies") > layer("opd_gym.specs")
-    assert layer("opd_gym.runs.schema") < layer("opd_gym.agents.hf") < layer("opd_gym.runs.core")
+    assert layer("opd_gym.records.rows") < layer("opd_gym.agents.hf") < layer("opd_gym.runs.core")
 
 
 def test_old_import_paths_are_served_from_one_place():
@@ -191,6 +193,18 @@ def test_old_import_paths_are_served_from_one_place():
     from opd_gym.transcript import prompt_ids
 
     assert exporters is formats
+    import opd_gym.tasks.model
+
+    import opd_gym.records.task
+
+    assert opd_gym.tasks.model is opd_gym.records.task
+    from opd_gym.agents.base import Policy
+    from opd_gym.runs.schema import EpisodeRow
+
+    from opd_gym.records import EpisodeRow as row
+    from opd_gym.records import Policy as policy
+
+    assert (Policy, EpisodeRow) == (policy, row)
     assert (old_teacher, old_policy) == (make_teacher, make_policy)
     from opd_gym.models.tokenizer import prompt_ids as old_prompt_ids
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from opd_gym.agents.scripted import SUBMIT_CALL, ScriptedAgent
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 from opd_gym.tools.parsing import format_tool_call
 
 PLANTED_BUG = "\ndef broken(:\n"  # a syntax error: py_compile names file and line

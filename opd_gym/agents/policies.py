@@ -13,8 +13,8 @@ from opd_gym.actions import TokenText
 from opd_gym.agents.scripted import SUBMIT_CALL
 from opd_gym.errors import ConfigError, DatasetError, ModelError
 from opd_gym.models.client import ModelUnavailable
-from opd_gym.runs.schema import EpisodeRow  # the row format (records layer, below agents)
-from opd_gym.tasks.model import Task
+from opd_gym.records.rows import EpisodeRow  # the row format (records layer, below agents)
+from opd_gym.records.task import Task
 from opd_gym.transcript import RAW
 
 POLICY_HELP = (

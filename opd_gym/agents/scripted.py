@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 from opd_gym.tools.formats import get_tool_format
 from opd_gym.tools.parsing import format_tool_call
 

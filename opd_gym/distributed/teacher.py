@@ -44,7 +44,7 @@ class TeacherService:
 
     def close(self) -> None:
         """Close the teacher if this service built it."""
-        from opd_gym.agents.base import close
+        from opd_gym.records.policy import close
 
         if self._owned:
             close(self.teacher)

@@ -116,7 +116,7 @@ class RolloutWorker:
 
     def close(self) -> None:
         """Close agents, envs and the sandbox pool (containers go)."""
-        from opd_gym.agents.base import close
+        from opd_gym.records.policy import close
 
         for slot in self._made:
             if slot is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 
 ATROPOS_PAD_ID = -1
 ATROPOS_PAD_LOGPROB = -1e9

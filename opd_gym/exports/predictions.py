@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opd_gym.errors import ConfigError
+from opd_gym.records.rows import EpisodeRow
 from opd_gym.runs import RunDirectory
-from opd_gym.runs.schema import EpisodeRow
 
 FORMAT = "swebench-predictions"
 # Why an episode is left out (the counts `export` prints), in the order they are checked.

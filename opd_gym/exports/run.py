@@ -17,7 +17,7 @@ import numpy as np
 from opd_gym.errors import ConfigError
 from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
 from opd_gym.exports.trainers import STUDENT_LOGPROBS_HOW, TRAINER_FORMATS, trainer_lines
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from opd_gym.errors import ConfigError
 from opd_gym.exports.formats import to_trl_rows
-from opd_gym.opd.record import PAD_ID, OPDRecord
+from opd_gym.records.opd_record import PAD_ID, OPDRecord
 
 TRL_PAD_ID = -1
 TRL_PAD_LOGPROB = float("-inf")

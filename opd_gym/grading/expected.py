@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 from opd_gym.grading.canary import collected_tests, parse
 from opd_gym.nodeids import base_id, display_name  # noqa: F401  (their old home)
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 
 DEFAULT_PYTHON_FILES = ("test_*.py", "*_test.py")
 

@@ -91,6 +91,7 @@ from opd_gym.grading.verdict import (
     parse_verdict,
     state_culprits,
 )
+from opd_gym.records.task import Task
 from opd_gym.sandboxes import (
     FileTooLarge,
     PathRefused,
@@ -100,7 +101,6 @@ from opd_gym.sandboxes import (
     SandboxPool,
     SandboxTimeout,
 )
-from opd_gym.tasks.model import Task
 
 GRADE_DIR = launch.GENERIC_DIR
 HARNESS_MARGIN = 10.0  # seconds the harness gets beyond the task's budget (start-up, pytest)

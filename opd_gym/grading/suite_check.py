@@ -34,7 +34,7 @@ from opd_gym.grading.plain import (
 )
 from opd_gym.grading.report import GradeReport, TestOutcome
 from opd_gym.grading.rules import BY_NAME
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 from opd_gym.tasks.pytest_config import (
     PytestConfig,
     adapt_ini,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opd_gym.opd.record import OPDRecord, SkipReason
+from opd_gym.records.opd_record import OPDRecord, SkipReason
 
 
 def _reason(error: str) -> str:

@@ -31,9 +31,9 @@ from opd_gym.opd.chat import (
 )
 from opd_gym.opd.copyguard import COPY_GUARDS, copied_positions
 from opd_gym.opd.judges import Verdict, as_verdict
-from opd_gym.opd.record import OPDRecord, SkipReason
 from opd_gym.opd.teachers.base import ContextTooLong, ScoreRequest, Teacher, context_limit
 from opd_gym.opd.turns import TurnSample
+from opd_gym.records.opd_record import OPDRecord, SkipReason
 
 Scope = Literal["turn", "episode"]
 SCOPES = ("turn", "episode")

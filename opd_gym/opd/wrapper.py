@@ -18,9 +18,9 @@ import gymnasium as gym
 from opd_gym.errors import ConfigError
 from opd_gym.opd.config import DELIVERIES, UNCHECKED, OPDConfig  # noqa: F401  (DELIVERIES)
 from opd_gym.opd.metrics import OPDMetrics
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.scorer import Judged, Scorer
 from opd_gym.opd.turns import TurnSample, sample_turn
+from opd_gym.records.opd_record import OPDRecord
 
 _UNSET: Any = object()  # an option the caller did not pass (None is a valid judge)
 
@@ -165,7 +165,7 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _close_owned(self) -> None:
         """Close the teacher and judge this wrapper built (never objects it was given)."""
-        from opd_gym.agents.base import close
+        from opd_gym.records.policy import close
 
         while self._owned:
             close(self._owned.pop())
@@ -324,7 +324,7 @@ def bind_agent(env: gym.Env, agent: Any) -> None:
     (when the agent is a `TokenPolicy` and the config left them unset): the rollout job and
     the Ray workers call this before the first episode, so a teacher with another tokenizer
     is refused there."""
-    from opd_gym.agents.base import TokenPolicy
+    from opd_gym.records.policy import TokenPolicy
 
     if not isinstance(agent, TokenPolicy):  # scripted and served policies: text only
         return

@@ -1,7 +1,6 @@
 """Run directories: the typed, versioned episode row and the object that owns the files."""
 
-from opd_gym.runs.directory import REPORT, SUMMARY, TRAJECTORIES, RunDirectory, read_trajectories
-from opd_gym.runs.schema import (
+from opd_gym.records.rows import (
     SCHEMA_VERSION,
     SUPPORTED_VERSIONS,
     EpisodeRow,
@@ -9,6 +8,7 @@ from opd_gym.runs.schema import (
     hint_rate,
     schema_version,
 )
+from opd_gym.runs.directory import REPORT, SUMMARY, TRAJECTORIES, RunDirectory, read_trajectories
 from opd_gym.runs.summary import RunSummary, episode_metrics
 
 __all__ = [

@@ -21,11 +21,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from opd_gym.agents.base import Policy, close, seed_episode
 from opd_gym.opd.config import OPDConfig
+from opd_gym.records.policy import Policy, close, seed_episode
+from opd_gym.records.rows import EpisodeRow
 from opd_gym.runs.config import RolloutConfig
 from opd_gym.runs.interrupt import EpisodeInterrupted
-from opd_gym.runs.schema import EpisodeRow
 
 ENV_ID = "opd_gym/Coding-v0"
 

@@ -8,7 +8,7 @@ driver, exports, the viewer and the replay policy all go through it.
 One row per episode id: a resumed run first rewrites the file atomically without the rows it
 will play again (unfinished, interrupted, infra errors), so the replayed row takes their
 place; `episodes()` also keeps only the last row of an id, for files written otherwise.
-Everything is written as strict JSON (see `opd_gym.runs.schema`).
+Everything is written as strict JSON (see `opd_gym.records.rows`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
-from opd_gym.runs.schema import EpisodeRow, dumps
+from opd_gym.records.rows import EpisodeRow, dumps
 
 TRAJECTORIES = "trajectories.jsonl"
 SUMMARY = "summary.json"

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from opd_gym.runs.schema import EpisodeRow
+from opd_gym.records.rows import EpisodeRow
 
 
 class Progress:

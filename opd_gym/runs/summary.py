@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opd_gym.opd.metrics import OPDMetrics
-from opd_gym.runs.schema import EpisodeRow, as_float
+from opd_gym.records.rows import EpisodeRow, as_float
 
 
 @dataclass

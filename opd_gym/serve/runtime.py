@@ -9,12 +9,12 @@ import time
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.agents.base import close as close_quietly
 from opd_gym.grading import Grader
+from opd_gym.records.policy import close as close_quietly
+from opd_gym.records.rows import EpisodeRow
 from opd_gym.runs import RunDirectory, RunSummary
 from opd_gym.runs.config import RolloutConfig, plain_config
 from opd_gym.runs.core import RowSink, build_env, load_teacher, opd_config
-from opd_gym.runs.schema import EpisodeRow
 from opd_gym.serve.config import ServeConfig
 from opd_gym.tasks.resolve import resolve_tasks
 

@@ -1,5 +1,6 @@
 """Tasks: the Task record, the built-in suites, file/row loaders and dataset adapters."""
 
+from opd_gym.records.task import RepoInfo, Task
 from opd_gym.tasks.adapters import (
     ADAPTERS,
     from_apps,
@@ -14,7 +15,6 @@ from opd_gym.tasks.loaders import (
     load_tasks,
     task_from_dict,
 )
-from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.suite import (
     available_suites,
     load_env_spec,

@@ -16,7 +16,7 @@ from typing import Any
 
 from opd_gym import pyast
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 
 DEFAULT_CASE_TIMEOUT = 10.0
 _PYTHON3 = {3, "3", "PYTHON3", "python3"}

@@ -10,8 +10,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from opd_gym.errors import DatasetError
+from opd_gym.records.task import Task
 from opd_gym.tasks.adapters import ADAPTERS, ID_FIELDS
-from opd_gym.tasks.model import Task
 from opd_gym.tasks.rows import TaskList, _file_rows, _jsonl_rows, _labelled, _Numbered  # noqa: F401
 from opd_gym.tasks.suite import available_suites, load_suite, load_suite_dir
 

@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from opd_gym.errors import ConfigError, DatasetError
+from opd_gym.records.task import RepoInfo, Task
 from opd_gym.sandboxes.env_image import EnvironmentSpec
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
-from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.pytest_config import read_pytest_config
 
 AUTHOR = ("opd-gym", "opd-gym@localhost")

@@ -31,8 +31,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from opd_gym.records.task import Task
 from opd_gym.sandboxes import Sandbox, SandboxError
-from opd_gym.tasks.model import Task
 from opd_gym.tasks.repo import BRANCH, GitError, workspace_files
 
 DIFF_CAP = 200_000  # bytes of diff kept per episode

@@ -41,9 +41,9 @@ from typing import Any
 from opd_gym.errors import DatasetError
 from opd_gym.grading.canary import MIN_UNHELD_EARNING, make_canaries, module_names
 from opd_gym.nodeids import base_id
+from opd_gym.records.task import Task
 from opd_gym.resources import data_path
 from opd_gym.tasks.libraries import SCALE_LIBRARIES, library
-from opd_gym.tasks.model import Task
 from opd_gym.tasks.synth import (
     MANIFEST_VERSION,
     Baseline,

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from opd_gym.errors import ConfigError
+from opd_gym.records.task import Task
 from opd_gym.tasks.loaders import TaskList, load_hf_dataset, load_tasks
-from opd_gym.tasks.model import Task
 
 DEFAULT_SUITE = "coding"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 
 
 class TaskList(list[Task]):

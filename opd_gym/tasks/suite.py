@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
+from opd_gym.records.task import Task
 from opd_gym.resources import data_path
-from opd_gym.tasks.model import Task
 
 TASK_FILE = "task.toml"
 _TASK_KEYS = {"prompt", "difficulty", "tags", "timeout", "metadata"}

@@ -30,7 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from opd_gym.errors import ConfigError, DatasetError
-from opd_gym.tasks.model import RepoInfo, Task
+from opd_gym.records.task import RepoInfo, Task
 from opd_gym.tasks.pytest_config import (
     command_options,
     options_only,

@@ -62,9 +62,9 @@ from typing import Any, Protocol
 
 from opd_gym import pyast
 from opd_gym.errors import DatasetError
+from opd_gym.records.task import RepoInfo, Task
 from opd_gym.sandboxes.base import SandboxError
 from opd_gym.tasks.libraries import PINNED, Library, unpack
-from opd_gym.tasks.model import RepoInfo, Task
 from opd_gym.tasks.pytest_config import read_pytest_config, runs_uninstalled
 from opd_gym.tasks.statements import statement_problems, write_report
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from opd_gym import pyast
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 
 WRONG_LIMIT = 0.5  # a wrong answer must score below this
 PERTURB = "_opd_perturb"

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opd_gym.errors import ConfigError
+from opd_gym.records.task import Task
 from opd_gym.runs.config import RolloutConfig
-from opd_gym.tasks.model import Task
 
 
 def reference_hint(task: Task) -> str | None:
@@ -193,7 +193,7 @@ def environment_factory(
         return instance
 
     def close() -> None:
-        from opd_gym.agents.base import close as release
+        from opd_gym.records.policy import close as release
 
         for instance in instances:
             instance.env.close()

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opd_gym.errors import ConfigError, DatasetError
-from opd_gym.tasks.model import Task
+from opd_gym.records.task import Task
 from opd_gym.trl.environment import CodingToolEnv
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.errors import DatasetError
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
+from opd_gym.records.rows import as_dict, as_float, as_list
 from opd_gym.runs import SUMMARY, TRAJECTORIES, EpisodeRow, RunDirectory, RunSummary, hint_rate
-from opd_gym.runs.schema import as_dict, as_float, as_list
 
 __all__ = [
     "SUMMARY", "TRAJECTORIES", "Episode", "Run", "as_dict", "as_float", "as_list", "load_run",

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 
 MAX_TOKENS = 4000  # per turn
 MAX_TOTAL_TOKENS = 150_000  # per report (about 20-25 MB of HTML)

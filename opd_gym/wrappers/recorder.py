@@ -4,7 +4,7 @@ Under an `OPDWrapper`, the OPD records found in step infos (`info["opd"]`, a lis
 record from older code is accepted too) are kept too, as `opd` (their `to_dict()`) with the
 terminal step's `opd_metrics`.
 
-Each line is an `opd_gym.runs.schema.EpisodeRow` (the one row format), in strict JSON. One
+Each line is an `opd_gym.records.rows.EpisodeRow` (the one row format), in strict JSON. One
 line per episode, appended with a single `write` on an `O_APPEND` file, so several envs
 (threads or processes) may share one file. An episode cut short by `reset` or `close` is
 written too, with `"finished": false`.
@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from opd_gym.runs.schema import EpisodeRow, dumps
+from opd_gym.records.rows import EpisodeRow, dumps
 
 
 class TrajectoryRecorder(gym.Wrapper):

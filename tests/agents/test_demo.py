@@ -41,7 +41,7 @@ def test_demo_agent_solves_every_builtin_task_after_a_planted_mistake():
 
 
 def test_demo_script_refuses_tasks_without_reference():
-    from opd_gym.tasks.model import Task
+    from opd_gym.records.task import Task
 
     task = Task(id="t", prompt="p", tests={"test_t.py": "def test_x():\n    pass\n"})
     with pytest.raises(ValueError, match="no reference solution"):

@@ -11,7 +11,7 @@ import pytest
 
 from opd_gym.agents.policies import make_agent_factory
 from opd_gym.distributed import RayOptions, RayRollout, run_ray_rollout
-from opd_gym.opd.record import OPDRecord, SkipReason
+from opd_gym.records.opd_record import OPDRecord, SkipReason
 from opd_gym.rollout import RolloutConfig, run_rollout
 from opd_gym.runs import RunDirectory
 from opd_gym.tasks import load_suite

@@ -15,7 +15,7 @@ from opd_gym.exports.formats import (
     to_atropos_trajectories,
     to_trl_rows,
 )
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 
 
 def _scored():

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from opd_gym.opd.record import TAIL_FLOOR, OPDRecord, tail_logprobs
+from opd_gym.records.opd_record import TAIL_FLOOR, OPDRecord, tail_logprobs
 
 
 def _record(topk_lp: np.ndarray, mask: np.ndarray | None = None) -> OPDRecord:

@@ -23,7 +23,7 @@ from opd_gym.exports.trainers import (
     to_trl_privileged_rows,
     to_verl_batch,
 )
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -12,9 +12,9 @@ import pytest
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.actions import TokenText
 from opd_gym.opd.copyguard import copied_positions, copied_ranges, token_spans
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.tools.parsing import format_tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice

@@ -15,9 +15,9 @@ from opd_gym.errors import ConfigError
 from opd_gym.opd.config import OPDConfig
 from opd_gym.opd.judges import JudgeInput
 from opd_gym.opd.metrics import OPDMetrics
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.tools.parsing import format_tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice

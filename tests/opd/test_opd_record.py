@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers.base import SpanScores
+from opd_gym.records.opd_record import OPDRecord
 
 
 def _record(**overrides):
@@ -99,7 +99,7 @@ def test_lists_are_accepted_and_cast():
 
 
 def test_skip_reason_is_a_field_beside_the_message():
-    from opd_gym.opd.record import SkipReason
+    from opd_gym.records.opd_record import SkipReason
 
     record = OPDRecord.unscored([1, 2], "teacher error: boom", reason=SkipReason.TEACHER_ERROR)
     assert record.skip_reason is SkipReason.TEACHER_ERROR

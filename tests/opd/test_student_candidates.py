@@ -8,10 +8,10 @@ import pytest
 
 from opd_gym.agents.hf import TransformersPolicy
 from opd_gym.errors import ModelError
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers import ScoreRequest, TransformersTeacher
 from opd_gym.opd.teachers.base import reject_candidates
 from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.records.opd_record import OPDRecord
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
 

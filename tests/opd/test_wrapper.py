@@ -11,9 +11,9 @@ import pytest
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.agents.hf import TransformersPolicy
 from opd_gym.opd.judges import LLMJudge
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.teachers import TransformersTeacher
 from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.tools.parsing import format_tool_call
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from opd_gym.agents.base import Policy, SeededPolicy, TokenPolicy, seed_episode
 from opd_gym.agents.scripted import ReferenceAgent
+from opd_gym.records.policy import Policy, SeededPolicy, TokenPolicy, seed_episode
 from opd_gym.runs import EpisodeRow, RunDirectory
 from opd_gym.runs.config import RolloutConfig
 from opd_gym.runs.core import (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.viewer import load_run, write_report
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice

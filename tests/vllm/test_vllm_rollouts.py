@@ -11,8 +11,8 @@ import pytest
 import opd_gym  # noqa: F401  (registers the env)
 from opd_gym.actions import TokenText
 from opd_gym.opd.judges import JudgeInput, LLMJudge, structured_votes
-from opd_gym.opd.record import OPDRecord
 from opd_gym.opd.wrapper import OPDWrapper
+from opd_gym.records.opd_record import OPDRecord
 
 pytestmark = [pytest.mark.vllm, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 

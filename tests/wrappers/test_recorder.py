@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 from opd_gym import CodingEnv, TokenText
-from opd_gym.opd.record import OPDRecord
+from opd_gym.records.opd_record import OPDRecord
 from opd_gym.tools import format_tool_call
 from opd_gym.wrappers import TrajectoryRecorder
 

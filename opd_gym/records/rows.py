@@ -271,7 +271,7 @@ class EpisodeRow:
 
     def records(self) -> list[Any]:
         """The OPD records parsed (`OPDRecord`); a malformed one raises."""
-        from opd_gym.opd.record import OPDRecord
+        from opd_gym.records.opd_record import OPDRecord
 
         return [OPDRecord.from_dict(r) for r in self.opd_dicts]
 
