@@ -201,6 +201,25 @@ TEACHER_OPTIONS_APPLY = ("tiny", "smollm2", "auto", "hf", "vllm-engine")
 MODEL_OPTIONS = ("dtype", "device", "max_model_len")  # how a model is loaded, not served
 
 
+def resolve_teacher(spec: Any, options: Mapping[str, Any]) -> tuple[Spec, dict[str, Any]]:
+    """A teacher spec (a string or a mapping {"spec": ..., **options}) and options, resolved in
+    one pass: the mapping's options merged under `options`, the options checked against the
+    scheme, and a name ("auto", "tiny", "smollm2") turned into the hf: spec of its folder.
+    What comes back always has a scheme the teacher builders know (hf, vllm, vllm-engine)."""
+    merged = dict(options)
+    if isinstance(spec, Mapping):
+        if "spec" not in spec:
+            raise ConfigError("a teacher mapping needs a 'spec' key, e.g. "
+                              "{'spec': 'hf:/models/x', 'dtype': 'float32'}")
+        merged = {**{k: v for k, v in spec.items() if k != "spec"}, **merged}
+        spec = spec["spec"]
+    check_teacher_options(spec, merged)
+    parsed = parse("teacher", spec)
+    if parsed.scheme in ("auto", *MODEL_NAMES):
+        parsed = parse("teacher", resolve_model(parsed.scheme))
+    return parsed, merged
+
+
 def check_teacher_options(spec: Any, options: Mapping[str, Any]) -> None:
     """Model options (dtype, device, max_model_len) apply where the model is loaded here;
     client options of a vllm: teacher (max_in_flight, timeout, ...) pass."""

@@ -158,13 +158,74 @@ SAMPLING = ("max_new_tokens", "temperature", "top_p", "seed")
 MODEL = ("dtype", "device", "max_model_len")
 
 
+Factory = Callable[[Any], Any]  # make(env) -> agent
+
+
+def _demo(target: str, tasks: Sequence[Task], options: dict[str, Any]) -> Factory:
+    from opd_gym.agents.demo import DemoAgent
+
+    return lambda env: DemoAgent(tasks)
+
+
+def _reference(target: str, tasks: Sequence[Task], options: dict[str, Any]) -> Factory:
+    from opd_gym.agents.scripted import ReferenceAgent
+
+    return lambda env: ReferenceAgent(tasks)
+
+
+def _replay(target: str, tasks: Sequence[Task], options: dict[str, Any]) -> Factory:
+    from opd_gym.runs.directory import read_trajectories
+
+    queues = replay_queues(list(read_trajectories(target)))
+    return lambda env: ReplayAgent(queues)
+
+
+def _transformers(target: str, tasks: Sequence[Task], options: dict[str, Any]) -> Factory:
+    from opd_gym.agents.hf import TransformersPolicy
+
+    seed = int(options.pop("seed", 0))
+    workers = itertools.count()
+    shared = TransformersPolicy(target, seed=seed, **options)  # one model for all workers
+    return lambda env: shared.fork(seed + next(workers))
+
+
+def _served(client: str) -> Callable[[str, Sequence[Task], dict[str, Any]], Factory]:
+    """A policy sampled from a server: an OpenAI API root (`openai`) or a vLLM server."""
+    def build(target: str, tasks: Sequence[Task], options: dict[str, Any]) -> Factory:
+        seed = int(options.pop("seed", 0))
+        workers = itertools.count()
+        if "max_new_tokens" in options:
+            options["max_tokens"] = options.pop("max_new_tokens")
+        if client == "openai":
+            check_server(target)
+            return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
+        from opd_gym.agents.vllm import VLLMPolicy
+
+        check_server(target, "/v1/models")
+        return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
+    return build
+
+
+# scheme (or name) -> how its agent factory is built from (target, tasks, options): the one
+# table policies are built from; "tiny" and "smollm2" are resolved to hf: first
+BUILDERS: dict[str, Callable[[str, Sequence[Task], dict[str, Any]], Factory]] = {
+    "demo": _demo,
+    "reference": _reference,
+    "replay": _replay,
+    "hf": _transformers,
+    "openai": _served("openai"),
+    "vllm": _served("vllm"),
+}
+
+
 def make_policy(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[Any], Any]:
     """`make(env) -> agent` for a policy spec: one agent per rollout worker.
 
     `options` (None values are ignored): sampling `max_new_tokens`, `temperature`, `top_p`,
     `seed` (each worker's agent gets its own generator, seeded `seed + worker`; the rollout
     then reseeds it per episode), and for `hf:` the model's `dtype` (default: the
-    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them.
+    checkpoint's), `device` and `max_model_len`. Scripted policies take none of them. The spec
+    is parsed once, then built from `BUILDERS`.
     """
     from opd_gym import specs
 
@@ -173,41 +234,15 @@ def make_policy(spec: str, tasks: Sequence[Task], **options: Any) -> Callable[[A
     unknown = sorted(set(options) - set(SAMPLING) - set(MODEL))
     if unknown:
         raise ConfigError(f"unknown policy option(s) {unknown}; known: {SAMPLING + MODEL}")
-    scheme, target = parsed.scheme, parsed.target
     model_options = sorted(set(options) & set(MODEL))
-    if scheme in ("openai", "vllm") and model_options:
-        raise ConfigError(f"{model_options} are set where the {scheme}: server is started, "
-                          "not by the policy (e.g. vllm serve --dtype float32 --max-model-len N)")
-    if scheme == "demo":
-        from opd_gym.agents.demo import DemoAgent
-
-        return lambda env: DemoAgent(tasks)
-    if scheme == "reference":
-        from opd_gym.agents.scripted import ReferenceAgent
-
-        return lambda env: ReferenceAgent(tasks)
-    if scheme == "replay":
-        from opd_gym.runs.directory import read_trajectories
-
-        queues = replay_queues(list(read_trajectories(target)))
-        return lambda env: ReplayAgent(queues)
-    seed = int(options.pop("seed", 0))
-    workers = itertools.count()
-    if scheme in ("hf", *specs.MODEL_NAMES):
-        from opd_gym.agents.hf import TransformersPolicy
-
-        path = target if scheme == "hf" else specs.model_path(scheme)
-        shared = TransformersPolicy(path, seed=seed, **options)  # one model for all workers
-        return lambda env: shared.fork(seed + next(workers))
-    if "max_new_tokens" in options:
-        options["max_tokens"] = options.pop("max_new_tokens")
-    if scheme == "openai":
-        check_server(target)
-        return lambda env: OpenAIChatPolicy(target, seed=seed + next(workers), **options)
-    from opd_gym.agents.vllm import VLLMPolicy
-
-    check_server(target, "/v1/models")
-    return lambda env: VLLMPolicy(target, seed=seed + next(workers), **options)
+    if parsed.scheme in ("openai", "vllm") and model_options:
+        raise ConfigError(f"{model_options} are set where the {parsed.scheme}: server is "
+                          "started, not by the policy (e.g. vllm serve --dtype float32 "
+                          "--max-model-len N)")
+    scheme, target = parsed.scheme, parsed.target
+    if scheme in specs.MODEL_NAMES:  # a local model built or fetched on first use
+        scheme, target = "hf", specs.model_path(scheme)
+    return BUILDERS[scheme](target, tasks, options)
 
 
 make_agent_factory = make_policy  # the name runners and docs have used

@@ -383,36 +383,48 @@ class RuleJudge:
 
 
 # -- construction from specs ------------------------------------------------------------------
+def _llm_judge(url: str, options: dict[str, Any]) -> JudgeFn:
+    return LLMJudge(url, **options)
+
+
+def _vllm_judge(url: str, options: dict[str, Any]) -> JudgeFn:
+    from opd_gym.models.client import split_base_url
+
+    return LLMJudge(split_base_url(url)[1], **options)  # "/v1" optional
+
+
+# scheme (or name) -> how its judge is built from (target, options): the one table judges are
+# built from (`specs.KINDS["judge"]` names the same schemes)
+BUILDERS: dict[str, Callable[[str, dict[str, Any]], JudgeFn | None]] = {
+    "none": lambda target, options: None,
+    "rule": lambda target, options: RuleJudge(),
+    "openai": _llm_judge,
+    "vllm": _vllm_judge,
+}
+
+
 def make_judge(spec: Any, **llm_options: Any) -> JudgeFn | None:
     """A judge: None/"none", "rule", "openai:URL" (an OpenAI API root), "vllm:URL" (a vLLM
     server, "/v1" optional), a mapping {"type": "openai", "url": ..., **options}, or a
     callable (turn, next_state) -> hint, passed through. `llm_options` (votes, rule,
-    hint_choice, ...) are defaults for an LLM judge; a mapping's own options win."""
+    hint_choice, ...) are defaults for an LLM judge; a mapping's own options win. The spec is
+    parsed once, then built from `BUILDERS`."""
     from opd_gym import specs
 
     if spec is None:
         return None
+    options = dict(llm_options)
     if isinstance(spec, Mapping):
-        options = dict(spec)
-        kind = options.pop("type", "openai")
-        if kind == "rule":
-            return RuleJudge()
-        if kind not in ("openai", "vllm"):
+        own = dict(spec)
+        kind = own.pop("type", "openai")
+        if kind not in ("rule", "openai", "vllm"):
             raise ConfigError(f"unknown judge type {kind!r}; use rule, openai or vllm")
-        if "url" not in options:
+        if kind != "rule" and "url" not in own:
             raise ConfigError(f"a {kind} judge mapping needs a 'url'")
-        url = options.pop("url")
-        return make_judge(f"{kind}:{url}", **{**llm_options, **options})
-    if callable(spec):
+        url = own.pop("url", "")
+        spec = f"{kind}:{url}" if kind != "rule" else "rule"
+        options.update(own)
+    elif callable(spec):
         return spec
     parsed = specs.parse("judge", spec)
-    if parsed.scheme == "none":
-        return None
-    if parsed.scheme == "rule":
-        return RuleJudge()
-    url = parsed.target
-    if parsed.scheme == "vllm":
-        from opd_gym.models.client import split_base_url
-
-        url = split_base_url(url)[1]
-    return LLMJudge(url, **llm_options)
+    return BUILDERS[parsed.scheme](parsed.target, options)

@@ -3,7 +3,6 @@ mapping or object), the one place teachers are built."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from opd_gym.opd.teachers.base import ScoreRequest, SpanScores, Teacher, validate_requests
@@ -24,7 +23,14 @@ __all__ = [
     "validate_requests",
 ]
 
-SCHEMES = ("hf", "vllm", "vllm-engine")
+# scheme -> the teacher class that serves it (module, name): the one table teachers are built
+# from, imported only when used (torch and vLLM are extras)
+BUILDERS: dict[str, tuple[str, str]] = {
+    "hf": ("opd_gym.opd.teachers.transformers", "TransformersTeacher"),
+    "vllm": ("opd_gym.opd.teachers.vllm_server", "VLLMServerTeacher"),
+    "vllm-engine": ("opd_gym.opd.teachers.vllm_engine", "VLLMEngineTeacher"),
+}
+_LAZY = {name: module for module, name in BUILDERS.values()}
 
 
 def make_teacher(spec: Any, **options: Any) -> Teacher:
@@ -37,7 +43,11 @@ def make_teacher(spec: Any, **options: Any) -> Teacher:
     - "vllm:http://127.0.0.1:8000": a running vLLM server (e.g. max_in_flight=8, timeout=60);
     - "vllm-engine:/path/to/model": an in-process vllm.LLM (e.g. max_logprobs=50,
       enforce_eager=True).
+
+    The spec is resolved once (`specs.resolve_teacher`), then built from `BUILDERS`.
     """
+    import importlib
+
     from opd_gym import specs
     from opd_gym.errors import ConfigError
 
@@ -46,34 +56,9 @@ def make_teacher(spec: Any, **options: Any) -> Teacher:
             raise ConfigError(f"teacher options {sorted(options)} need a spec, not a teacher "
                               "object (build the object with them)")
         return spec
-    if isinstance(spec, Mapping):
-        merged = dict(spec)
-        target = merged.pop("spec", None)
-        if target is None:
-            specs.check("teacher", spec)
-        return make_teacher(target, **{**merged, **options})
-    specs.check_teacher_options(spec, options)
-    parsed = specs.parse("teacher", spec)
-    if parsed.scheme in ("auto", *specs.MODEL_NAMES):
-        return make_teacher(specs.resolve_model(spec), **options)
-    if parsed.scheme == "hf":
-        from opd_gym.opd.teachers.transformers import TransformersTeacher
-
-        return TransformersTeacher(parsed.target, **options)
-    if parsed.scheme == "vllm":
-        from opd_gym.opd.teachers.vllm_server import VLLMServerTeacher
-
-        return VLLMServerTeacher(parsed.target, **options)
-    from opd_gym.opd.teachers.vllm_engine import VLLMEngineTeacher
-
-    return VLLMEngineTeacher(parsed.target, **options)
-
-
-_LAZY = {
-    "TransformersTeacher": "opd_gym.opd.teachers.transformers",
-    "VLLMServerTeacher": "opd_gym.opd.teachers.vllm_server",
-    "VLLMEngineTeacher": "opd_gym.opd.teachers.vllm_engine",
-}
+    parsed, merged = specs.resolve_teacher(spec, options)
+    module, name = BUILDERS[parsed.scheme]
+    return getattr(importlib.import_module(module), name)(parsed.target, **merged)
 
 
 def __getattr__(name: str) -> Any:
