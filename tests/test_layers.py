@@ -217,3 +217,15 @@ def test_old_import_paths_are_served_from_one_place():
         assert "no_such_name" in str(exc)
     else:
         raise AssertionError("an unknown name must still raise AttributeError")
+
+
+def test_a_planted_upward_import_in_a_from_form_fails(tmp_path):
+    """A module of the parts layer that writes `from opd_gym.grading import canary, held`
+    (canary is its own layer's; held is a floor up) is caught by the second name, lazy or
+    not."""
+    planted = tmp_path / "planted.py"
+    planted.write_text("def lazy():\n    from opd_gym.grading import canary, held\n")
+    name = "opd_gym.tasks.planted"
+    graph = {**_graph(), name: _imports(name, planted, set(_modules()) | {name})}
+    assert (name, "opd_gym.grading.held") in _upward(graph)
+    assert (name, "opd_gym.grading.canary") not in _upward(graph)
