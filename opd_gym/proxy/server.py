@@ -81,8 +81,13 @@ class RecordingProxy:
         return self
 
     def serve_forever(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C)."""
+        """Serve in this thread until interrupted (Ctrl-C), then raise KeyboardInterrupt.
+        uvicorn shuts down gracefully on the signal and re-raises it, but inside asyncio.run,
+        whose own SIGINT handler may swallow it when the server's task is already finishing:
+        the command's exit status (130) would then depend on that race."""
         self._server.run(sockets=[self._sock])
+        if getattr(self._server, "_captured_signals", None):
+            raise KeyboardInterrupt
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving (open streams get `timeout` s) and release the port."""
