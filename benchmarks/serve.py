@@ -18,8 +18,8 @@ import time
 from openenv.core.generic_client import GenericEnvClient
 
 from opd_gym.agents.demo import demo_script
+from opd_gym.rollout_core import build_env
 from opd_gym.runs.config import RolloutConfig
-from opd_gym.runs.core import build_env
 from opd_gym.serve import ServeConfig, ServerThread
 from opd_gym.tools.parsing import format_tool_call
 

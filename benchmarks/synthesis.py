@@ -5,7 +5,7 @@ reasons the others were dropped, FAIL_TO_PASS / PASS_TO_PASS per task, and valid
 time per tried mutation (1 full suite run + 2 runs of the scored tests, in the sandbox image);
 per library, the statements that pass `statement_problems`, the kind of behaviour they report
 (a wrong value, an exception, a missing exception, other) and how many snippets call the
-changed function itself (allowed there, never in prose: opd_gym/tasks/statements.py).
+changed function itself (allowed there, never in prose: opd_gym/authoring/statements.py).
 Then the mix of mutation kinds per library (issue 30, point 4: the greppable share, kinds
 `GREPPABLE`, stays under 15%) and the recorded difficulty (lines changed, FAIL_TO_PASS count,
 tests failing on the mutant). With `--grade N`: for N tasks per library, `Grader.grade` of the
@@ -28,10 +28,9 @@ import statistics
 import time
 from collections import Counter, defaultdict
 
-from opd_gym.tasks.libraries import sdist_cache
-from opd_gym.tasks.repo_suite import _progress_path, load_repo_suite, manifest_path, sample
-from opd_gym.tasks.statements import calls_changed_function
-from opd_gym.tasks.synth import (
+from opd_gym.authoring.repo_suite import _progress_path
+from opd_gym.authoring.statements import calls_changed_function
+from opd_gym.authoring.synth import (
     GREPPABLE,
     Mutation,
     check_statement,
@@ -39,6 +38,8 @@ from opd_gym.tasks.synth import (
     read_manifest,
     run_suite,
 )
+from opd_gym.tasks.libraries import sdist_cache
+from opd_gym.tasks.repo_suite import load_repo_suite, manifest_path, sample
 
 
 def yield_table() -> None:

@@ -20,12 +20,7 @@ import argparse
 import time
 from collections import Counter
 
-from opd_gym.errors import DatasetError
-from opd_gym.grading import Grader
-from opd_gym.sandboxes import make_pool
-from opd_gym.tasks.libraries import LIBRARIES, SCALE_LIBRARIES, library
-from opd_gym.tasks.repo_suite import manifest_path
-from opd_gym.tasks.synth import (
+from opd_gym.authoring.synth import (
     Mutation,
     baseline,
     build_task,
@@ -36,6 +31,11 @@ from opd_gym.tasks.synth import (
     schedule,
     suite_files,
 )
+from opd_gym.errors import DatasetError
+from opd_gym.grading import Grader
+from opd_gym.sandboxes import make_pool
+from opd_gym.tasks.libraries import LIBRARIES, SCALE_LIBRARIES, library
+from opd_gym.tasks.repo_suite import manifest_path
 
 
 def unseen_libraries() -> list[str]:

@@ -25,6 +25,15 @@ MOVED_MODULES: dict[str, str] = {
     "opd_gym.agents.base": "opd_gym.records.policy",
     "opd_gym.runs.schema": "opd_gym.records.rows",
     "opd_gym.opd.record": "opd_gym.records.opd_record",
+    # the rollout core has a home of its own beside runs/ (the run-directory package)
+    "opd_gym.runs.core": "opd_gym.rollout_core",
+    # task authoring moved apart from task loading (opd_gym.authoring)
+    "opd_gym.tasks.synth": "opd_gym.authoring.synth",
+    "opd_gym.tasks.synth_cli": "opd_gym.authoring.synth_cli",
+    "opd_gym.tasks.synth_workers": "opd_gym.authoring.synth_workers",
+    "opd_gym.tasks.statements": "opd_gym.authoring.statements",
+    "opd_gym.tasks.restate": "opd_gym.authoring.restate",
+    "opd_gym.tasks.validate": "opd_gym.authoring.validate",
 }
 
 # module -> {old name: (new module, new name)}

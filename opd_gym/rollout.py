@@ -23,15 +23,7 @@ from typing import Any
 from opd_gym import specs
 from opd_gym.grading import Grader
 from opd_gym.records.policy import close
-from opd_gym.runs import (
-    SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: the runner's old names)
-    TRAJECTORIES,  # noqa: F401
-    RunDirectory,
-    RunSummary,
-    read_trajectories,  # noqa: F401
-)
-from opd_gym.runs.config import RolloutConfig, plain_config
-from opd_gym.runs.core import (
+from opd_gym.rollout_core import (
     FROM_CONFIG,
     RowSink,
     build_agent,
@@ -40,6 +32,14 @@ from opd_gym.runs.core import (
     opd_config,
     play,
 )
+from opd_gym.runs import (
+    SUMMARY,  # noqa: F401  (SUMMARY, TRAJECTORIES, read_trajectories: the runner's old names)
+    TRAJECTORIES,  # noqa: F401
+    RunDirectory,
+    RunSummary,
+    read_trajectories,  # noqa: F401
+)
+from opd_gym.runs.config import RolloutConfig, plain_config
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
 from opd_gym.runs.progress import Progress
 from opd_gym.runs.verify import verified_task_ids

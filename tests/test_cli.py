@@ -254,7 +254,7 @@ def test_tool_format_travels_in_the_run_config(tiny_model_path, tmp_path):
 
     from opd_gym.cli import _tool_format_name
     from opd_gym.rollout import RolloutConfig
-    from opd_gym.runs.core import build_env
+    from opd_gym.rollout_core import build_env
     from opd_gym.sandboxes import make_pool
     from opd_gym.tasks import load_suite
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from repo_project import F2P, P2P, build_project
 
+from opd_gym.authoring.synth import find_mutations, project_from_dir, task_id, write_manifest
 from opd_gym.cli import build_parser, main
 from opd_gym.runs import RunDirectory
 from opd_gym.runs.config import read_config_file
-from opd_gym.tasks.synth import find_mutations, project_from_dir, task_id, write_manifest
 
 REPO = "minicalc/minicalc"
 INSTANCE = "minicalc__minicalc-1"

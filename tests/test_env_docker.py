@@ -2,7 +2,7 @@
 
 The reference/wrong test plays every fourth built-in task through the env, concurrently on
 threads, each env borrowing sandboxes from one shared warm pool. Every task's grade (starter
-0, reference 1.0, wrong below) is checked by tests/tasks/test_validate.py and every task is
+0, reference 1.0, wrong below) is checked by tests/authoring/test_validate.py and every task is
 played through the env by tests/agents/test_demo.py; this file checks the env's path
 (episode end, reward, the agent's own check run) on a spread of them, for CI's time.
 """

@@ -16,18 +16,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # records: the task, policy protocol, episode row and OPD record every layer shares
     ("foundations", ("errors", "resources", "actions", "spaces", "pyast", "nodeids",
                      "records")),
-    # grading.canary reads test sources (pure AST, imports nothing of the package): task
-    # synthesis asks it which tests can earn, the grader builds its variants from it
-    # grading.inherited likewise (it gives inherited test methods bodies of their own)
+    # grading's source readers (pure AST over test sources, nothing of the package above
+    # the ground floor): the canaries, held sites, computed and near expectations and
+    # sentinels the grader builds its variants from, and the one question suites ask before
+    # any sandbox runs (grading.earning: which tests can earn)
     ("parts", ("models", "sandboxes", "tasks", "tools", "specs", "grading.canary",
-               "grading.inherited")),
+               "grading.inherited", "grading.held", "grading.computed", "grading.near",
+               "grading.sentinel", "grading.earning")),
     ("judgement", ("grading", "rewards", "transcript")),
+    # offline task authoring (synthesis, statements, validation, the repo suite's generator)
+    ("authoring", ("authoring",)),
     # the files rows are kept in: written by the recorder, read by anyone
     ("run files", ("runs.directory", "wrappers")),
     ("episode", ("episode", "env", "registration")),
     ("actors", ("agents", "proxy")),  # proxy: the model-call recorder agents talk through
     ("opd", ("opd",)),
     ("runs", ("runs",)),
+    ("rollout core", ("rollout_core",)),  # a run config becomes an env stack, and plays
     ("runners", ("rollout", "distributed", "trl", "sb3", "exports", "viewer", "loggers",
                  "harness", "serve")),
     ("faces", ("cli", "compat", "")),
@@ -133,13 +138,7 @@ def _safe_layer(module: str) -> int | None:
 
 # Upward arrows known and owed: each names why and where it goes (the list may only shrink;
 # a new upward import fails the test, and so does an entry whose arrow is gone).
-KNOWN_UPWARD = {
-    # the repository suite re-decides grading's earning rule to filter its tasks (it hashes
-    # and calls these modules); it moves up with task authoring (issue 59, point 3)
-    ("opd_gym.tasks.repo_suite", "opd_gym.grading.computed"),
-    ("opd_gym.tasks.repo_suite", "opd_gym.grading.held"),
-    ("opd_gym.tasks.repo_suite", "opd_gym.grading.near"),
-}
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 
 def _upward(graph: dict[str, dict[str, int]]) -> dict[tuple[str, str], int]:
@@ -160,11 +159,12 @@ def test_the_known_upward_imports_still_exist():
 
 
 def test_every_name_of_an_import_is_read():
-    """`from opd_gym.grading import canary, held` ties the module to held too (before, only
-    the first name of a statement was read, and repo_suite's upward imports went unseen)."""
+    """`from opd_gym.grading import canary, computed, held, near, sentinel` ties the module
+    to each of them (before, only the first name of a statement was read, and repo_suite's
+    upward imports went unseen)."""
     graph = _graph()
-    assert "opd_gym.grading.held" in graph["opd_gym.tasks.repo_suite"]
-    assert "opd_gym.grading.near" in graph["opd_gym.tasks.repo_suite"]
+    for name in ("canary", "computed", "held", "near", "sentinel"):
+        assert f"opd_gym.grading.{name}" in graph["opd_gym.grading.earning"]
 
 
 def test_the_package_has_no_import_cycles():
@@ -179,7 +179,8 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
              "opd_gym.agents.policies": {"opd_gym.specs": 2}}
     assert _cycles(graph) == [["opd_gym.agents.policies", "opd_gym.specs"]]
     assert layer("opd_gym.agents.policies") > layer("opd_gym.specs")
-    assert layer("opd_gym.records.rows") < layer("opd_gym.agents.hf") < layer("opd_gym.runs.core")
+    assert (layer("opd_gym.records.rows") < layer("opd_gym.agents.hf")
+            < layer("opd_gym.rollout_core"))
 
 
 def test_old_import_paths_are_served_from_one_place():
@@ -198,6 +199,19 @@ def test_old_import_paths_are_served_from_one_place():
     import opd_gym.records.task
 
     assert opd_gym.tasks.model is opd_gym.records.task
+    import opd_gym.runs.core
+    import opd_gym.tasks.synth
+    from opd_gym.tasks.synth import Mutation, build_task
+
+    import opd_gym.authoring.synth
+    import opd_gym.rollout_core
+
+    assert opd_gym.runs.core is opd_gym.rollout_core
+    assert opd_gym.tasks.synth is opd_gym.authoring.synth
+    from opd_gym.tasks.manifest import build_task as new_build_task
+    from opd_gym.tasks.mutation import Mutation as new_mutation
+
+    assert (Mutation, build_task) == (new_mutation, new_build_task)
     from opd_gym.agents.base import Policy
     from opd_gym.runs.schema import EpisodeRow
 
@@ -220,12 +234,12 @@ def test_old_import_paths_are_served_from_one_place():
 
 
 def test_a_planted_upward_import_in_a_from_form_fails(tmp_path):
-    """A module of the parts layer that writes `from opd_gym.grading import canary, held`
-    (canary is its own layer's; held is a floor up) is caught by the second name, lazy or
+    """A module of the parts layer that writes `from opd_gym.grading import canary, grader`
+    (canary is its own layer's; grader is a floor up) is caught by the second name, lazy or
     not."""
     planted = tmp_path / "planted.py"
-    planted.write_text("def lazy():\n    from opd_gym.grading import canary, held\n")
+    planted.write_text("def lazy():\n    from opd_gym.grading import canary, grader\n")
     name = "opd_gym.tasks.planted"
     graph = {**_graph(), name: _imports(name, planted, set(_modules()) | {name})}
-    assert (name, "opd_gym.grading.held") in _upward(graph)
+    assert (name, "opd_gym.grading.grader") in _upward(graph)
     assert (name, "opd_gym.grading.canary") not in _upward(graph)

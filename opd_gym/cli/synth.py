@@ -1,5 +1,5 @@
 """`opd-gym tasks synth SOURCE`: validated bug-fix tasks from a project that ships its
-pytest suite, written to a manifest (the work is `opd_gym.tasks.synth`)."""
+pytest suite, written to a manifest (the work is `opd_gym.authoring.synth`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 from opd_gym.cli import options
 
 SUMMARY = ("synthesize validated bug-fix tasks from a project that ships its pytest suite "
-           "(see opd_gym/tasks/synth.py)")
+           "(see opd_gym/authoring/synth.py)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from opd_gym import specs
-    from opd_gym.tasks.synth_cli import synth_command
+    from opd_gym.authoring.synth_cli import synth_command
 
     return synth_command(args.source, args.output, args.max, args.seed,
                          specs.sandbox_backend(args.sandbox), args.workers,

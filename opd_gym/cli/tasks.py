@@ -74,9 +74,9 @@ def validate(tasks, sandbox: str, workers: int = 4) -> int:
     """Grade every task's untouched starter (must score 0), reference (must score 1.0) and a
     wrong answer (the reference with perturbed answers: must score below 0.5, else its tests
     check format only); print a table, rc 1 if any task fails a check."""
+    from opd_gym.authoring.validate import WRONG_LIMIT, check_tasks, table_header, table_row
     from opd_gym.grading import Grader
     from opd_gym.sandboxes import make_pool
-    from opd_gym.tasks.validate import WRONG_LIMIT, check_tasks, table_header, table_row
 
     width = max(8, *(len(t.id) for t in tasks))
     header = table_header(width)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opd_gym.errors import ConfigError, OPDGymError
+from opd_gym.rollout_core import FROM_CONFIG, EpisodeOutcome, RowSink, mark_interrupted, opd_config
 from opd_gym.runs import EpisodeRow, RunDirectory, RunSummary
 from opd_gym.runs.config import RolloutConfig, plain_config
-from opd_gym.runs.core import FROM_CONFIG, EpisodeOutcome, RowSink, mark_interrupted, opd_config
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
 from opd_gym.runs.progress import Progress
 from opd_gym.tasks.resolve import resolve_tasks

@@ -3,7 +3,7 @@
 The actor is threaded (`max_concurrency` = episodes in flight); each thread takes a slot (an
 env stack and an agent, built on first use) so several episodes run at once. It receives the
 whole run config and builds and plays episodes with the same core as the local runner
-(`opd_gym.runs.core`: `build_env`, `play`), so the same seeds give the same episodes
+(`opd_gym.rollout_core`: `build_env`, `play`), so the same seeds give the same episodes
 and flags such as the tool-call format hold here too. The finished row goes back to the
 driver, which alone writes the run directory.
 
@@ -60,7 +60,7 @@ class RolloutWorker:
                 self._made.append(None)  # reserve
         if not build:
             return self._free.get()
-        from opd_gym.runs.core import build_agent, build_env
+        from opd_gym.rollout_core import build_agent, build_env
 
         # rows go to the driver; the recorder writes nowhere
         recorder = build_env(self.config, tasks=self.tasks, pool=self.pool,
@@ -73,8 +73,8 @@ class RolloutWorker:
 
     def play(self, episode: int, task_id: str, seed: int) -> dict[str, Any]:
         """Play one episode: its `EpisodeOutcome` as plain data (the row, or the partial row
-        and the error), played by the same core as the local runner (`runs.core.play`)."""
-        from opd_gym.runs.core import play
+        and the error), played by the same core as the local runner (`rollout_core.play`)."""
+        from opd_gym.rollout_core import play
 
         recorder, agent = self._slot()
         try:

@@ -1,7 +1,7 @@
 """The typed run config: everything that decides which episodes a rollout plays, and how.
 
 Runners (local threads, Ray workers) receive this object whole, never a mutated gym registry,
-so every process builds the same env stack from it (`opd_gym.runs.core.build_env`).
+so every process builds the same env stack from it (`opd_gym.rollout_core.build_env`).
 """
 
 from __future__ import annotations

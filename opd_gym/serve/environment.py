@@ -17,7 +17,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from opd_gym.actions import TokenText
-from opd_gym.runs.core import unfinished_row
+from opd_gym.rollout_core import unfinished_row
 from opd_gym.serve.errors import ServeError
 from opd_gym.serve.models import CodingAction, CodingObservation, CodingState
 from opd_gym.serve.runtime import ServeRuntime

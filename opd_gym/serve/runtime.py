@@ -12,9 +12,9 @@ from opd_gym import specs
 from opd_gym.grading import Grader
 from opd_gym.records.policy import close as close_quietly
 from opd_gym.records.rows import EpisodeRow
+from opd_gym.rollout_core import RowSink, build_env, load_teacher, opd_config
 from opd_gym.runs import RunDirectory, RunSummary
 from opd_gym.runs.config import RolloutConfig, plain_config
-from opd_gym.runs.core import RowSink, build_env, load_teacher, opd_config
 from opd_gym.serve.config import ServeConfig
 from opd_gym.tasks.resolve import resolve_tasks
 
@@ -65,7 +65,7 @@ class ServeRuntime:
     def record(self, row: EpisodeRow | None) -> None:
         """Append a finished (or cut short) episode's row, fsync'd, like any rollout."""
         if row is not None:
-            from opd_gym.runs.core import EpisodeOutcome
+            from opd_gym.rollout_core import EpisodeOutcome
 
             self.sink(EpisodeOutcome(row.episode or 0, row))
 

@@ -213,7 +213,7 @@ def load_tasks(
             if schema not in (None, "auto") or repos is not None or skip_invalid:
                 raise DatasetError(f"{path.name} is a synthesis manifest (tasks synth): "
                                    "schema, repos and skip_invalid do not apply to it")
-            from opd_gym.tasks.synth import manifest_tasks
+            from opd_gym.tasks.manifest import manifest_tasks
 
             return TaskList(manifest_tasks(manifest, path.name))
         rows: Any = _file_rows(path)
@@ -251,7 +251,7 @@ def _manifest(path: Path) -> Mapping[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # the row reader says what is wrong with it
-    from opd_gym.tasks.synth import is_manifest
+    from opd_gym.tasks.manifest import is_manifest
 
     return data if is_manifest(data) else None
 

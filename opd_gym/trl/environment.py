@@ -7,7 +7,7 @@ real `CodingEnv` episode (one Hermes call per `step`), so it runs in the env's s
 counts against the env's turn limit and is graded by the env: the reward is the env's own
 (`opd_gym.rewards`), computed from the hidden-test grade.
 
-The env stack is the one every runner builds from a run config (`opd_gym.runs.core.build_env`:
+The env stack is the one every runner builds from a run config (`opd_gym.rollout_core.build_env`:
 coding env, OPD wrapper when the config turns it on, recorder), so `max_turns`, `tool_format`,
 the sandbox and the OPD options mean here what they mean for `opd-gym rollout`; each tool
 call is written in the config's tool-call format, and each finished episode's
@@ -156,7 +156,7 @@ def environment_factory(
 ) -> Callable[[], CodingToolEnv]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``.
 
-    Every instance is the env stack a rollout of `config` builds (`runs.core.build_env`),
+    Every instance is the env stack a rollout of `config` builds (`rollout_core.build_env`),
     so its tasks, sandbox, turn cap, tool-call format and OPD options hold here too; without
     a config, `tasks` (default: the built-in suite), `sandbox` (default docker, or a started
     `SandboxPool`) and `max_turns` (default 4) make one, with OPD off. Every instance shares
@@ -166,7 +166,7 @@ def environment_factory(
     """
     from opd_gym import specs
     from opd_gym.grading import Grader
-    from opd_gym.runs.core import build_env, load_teacher, opd_config
+    from opd_gym.rollout_core import build_env, load_teacher, opd_config
     from opd_gym.sandboxes import SandboxPool
     from opd_gym.tasks.resolve import resolve_tasks
 

@@ -16,9 +16,9 @@ import pytest
 
 from opd_gym.cli import main
 from opd_gym.errors import ConfigError
+from opd_gym.rollout_core import build_env
 from opd_gym.runs.budget import config_window, context_warning, episode_tokens, teacher_window
 from opd_gym.runs.config import RolloutConfig
-from opd_gym.runs.core import build_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # local backend notice
 

@@ -18,9 +18,9 @@ from openenv.core.generic_client import GenericEnvClient
 from websockets.asyncio.client import connect
 
 from opd_gym.agents.demo import DemoAgent, demo_script
+from opd_gym.rollout_core import build_env, play_episode
 from opd_gym.runs import RunDirectory
 from opd_gym.runs.config import RolloutConfig
-from opd_gym.runs.core import build_env, play_episode
 from opd_gym.serve import ServeConfig, ServerThread
 from opd_gym.tasks.resolve import resolve_tasks
 from opd_gym.tools.parsing import format_tool_call

@@ -155,3 +155,26 @@ def test_data_path_prefers_wheel_data(tmp_path, monkeypatch):
     assert data_path("envs", "only_in_repo") == tmp_path / "site" / "envs" / "only_in_repo"
     with pytest.raises(FileNotFoundError, match="shipped data 'envs/missing' not found"):
         data_path("envs", "missing")
+
+
+def test_loading_suites_and_manifests_imports_no_authoring_tool(tmp_path):
+    """Loading the `repo` suite and a synthesis manifest rebuilds tasks from their records;
+    the synthesis, statement and validation code (opd_gym.authoring) stays unimported."""
+    import subprocess
+    import sys
+
+    from opd_gym.tasks.repo_suite import manifest_path
+
+    data = json.loads(manifest_path().read_text(encoding="utf-8"))
+    first = data["tasks"][0]
+    manifest = tmp_path / "one.json"
+    manifest.write_text(json.dumps({**data, "tasks": [first]}), encoding="utf-8")
+    code = ("import sys\nfrom opd_gym.tasks import load_suite, load_tasks\n"
+            "suite = load_suite('repo')\none = load_tasks(sys.argv[1])\n"
+            "print(len(suite), len(one))\n"
+            "print(sorted(m for m in sys.modules if m.startswith('opd_gym.authoring')))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(manifest)], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    count, single = map(int, out[0].split())
+    assert count >= 1000 and single == 1, out
+    assert out[1] == "[]"

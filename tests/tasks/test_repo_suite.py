@@ -1,6 +1,6 @@
 """The built-in `repo` suite: >= 1,000 synthesized tasks over >= 20 real libraries, rebuilt from
 the cached sdists by replaying a committed manifest; a fixed per-library sample is validated
-again in the sandbox image (the whole suite: `python -m opd_gym.tasks.repo_suite validate`)."""
+again in the sandbox image (the whole suite: `python -m opd_gym.authoring.repo_suite validate`)."""
 
 from __future__ import annotations
 
@@ -11,30 +11,23 @@ from collections.abc import Sequence
 
 import pytest
 
+from opd_gym.authoring.repo_suite import SUITE_LIBRARIES, revalidate
+from opd_gym.authoring.synth import GREPPABLE, check_statement, kind_group, statement_leaks
 from opd_gym.errors import DatasetError
+from opd_gym.grading import earning
 from opd_gym.tasks import load_suite
+from opd_gym.tasks.manifest import build_task, read_manifest
+from opd_gym.tasks.mutation import Mutation
 from opd_gym.tasks.repo_suite import (
-    SUITE_LIBRARIES,
-    _earning_tests,
     _project,
     _tasks,
     can_earn,
     load_repo_suite,
     manifest_path,
     refused_ids,
-    revalidate,
     sample,
 )
 from opd_gym.tasks.suite import available_suites
-from opd_gym.tasks.synth import (
-    GREPPABLE,
-    Mutation,
-    build_task,
-    check_statement,
-    kind_group,
-    read_manifest,
-    statement_leaks,
-)
 
 SAMPLE_PER_LIBRARY = 1  # one task of each of the 20 libraries validated again in CI
 
@@ -147,7 +140,7 @@ def test_statements_name_no_test_and_quote_no_diff(tasks):
 def test_loading_is_cached_and_fast():
     _tasks.cache_clear()
     _project.cache_clear()
-    _earning_tests.cache_clear()
+    earning._earning.cache_clear()
     started = time.perf_counter()
     load_repo_suite()
     cold = time.perf_counter() - started
@@ -161,7 +154,7 @@ def test_a_missing_sdist_says_to_run_setup(tmp_path, monkeypatch):
     monkeypatch.setenv("OPD_GYM_SDISTS", str(tmp_path))
     _tasks.cache_clear()
     _project.cache_clear()
-    _earning_tests.cache_clear()
+    earning._earning.cache_clear()
     try:
         with pytest.raises(DatasetError, match="scripts/setup.sh"):
             load_repo_suite()
@@ -188,7 +181,7 @@ def test_a_fixed_sample_validates_again_in_the_sandbox_image(tasks, monkeypatch)
     `validate` command). A second validation forgives only what it does not repeat (a flaky
     outcome): one record given a PASS_TO_PASS test its suite lacks is reported, the test
     named."""
-    from opd_gym.tasks import repo_suite
+    from opd_gym.authoring import repo_suite
 
     chosen = sample(tasks, SAMPLE_PER_LIBRARY)
     data = read_manifest(manifest_path())
@@ -290,8 +283,8 @@ def test_the_scale_suite_draws_on_twenty_pinned_libraries():
     """The libraries a 1,000-task suite is generated from (issue 30 point 5): at least 20
     distinct pinned sdists (tests/tasks/test_libraries.py unpacks each offline), none of the
     fidelity libraries synthesis cannot run as pinned, every added pin among them."""
+    from opd_gym.authoring.repo_suite import SCALE_SUITE
     from opd_gym.tasks.libraries import PINNED, SCALE_LIBRARIES
-    from opd_gym.tasks.repo_suite import SCALE_SUITE
 
     assert len(set(SCALE_SUITE)) == len(SCALE_SUITE) >= 20
     assert set(SCALE_SUITE) <= {lib.name for lib in PINNED}
@@ -306,7 +299,7 @@ def test_merge_adds_new_tasks_once_and_refuses_another_version(tmp_path):
     project pinned at another version is refused."""
     import shutil
 
-    from opd_gym.tasks.repo_suite import merge
+    from opd_gym.authoring.repo_suite import merge
 
     suite = tmp_path / "manifest.json"
     shutil.copy(manifest_path(), suite)
@@ -326,34 +319,4 @@ def test_merge_adds_new_tasks_once_and_refuses_another_version(tmp_path):
         "version": "0.0.0", "source": {}}}, "tasks": []}))
     with pytest.raises(DatasetError, match="0.0.0"):
         merge([other], suite)
-
-
-def test_earning_tests_are_kept_on_disk_and_recomputed_when_unreadable(tmp_path, monkeypatch):
-    """`_earning_tests` (one canary pass per library, the cost of a cold load) is stored
-    beside the sdist cache: a second process reads the same set; a damaged file is computed
-    again and replaced."""
-    monkeypatch.setenv("OPD_GYM_SDISTS", str(tmp_path / "sdists"))
-    tests = (("test_calc.py", "from calc import add\n\n\ndef test_add():\n"
-              "    assert add(1, 2) == 3\n\n\ndef test_table():\n"
-              "    for a, b, want in TABLE:\n        assert add(a, b) == want\n\n\n"
-              "TABLE = [(1, 1, 2)]\n"),)
-    modules = frozenset({"calc"})
-    _earning_tests.cache_clear()
-    try:
-        first = _earning_tests(tests, modules)
-        earning, holding = first
-        assert "test_calc.py::test_add" in earning and "test_calc.py::test_add" in holding
-        (stored,) = (tmp_path / "earning").glob("*.json")
-        assert json.loads(stored.read_text()) == [sorted(earning), sorted(holding)]
-        _earning_tests.cache_clear()
-        stored.write_text(json.dumps([["test_calc.py::test_forged"], []]))
-        assert _earning_tests(tests, modules) == (frozenset({"test_calc.py::test_forged"}),
-                                                  frozenset())
-        for damaged in ("{not json", json.dumps(["test_calc.py::test_add"])):
-            _earning_tests.cache_clear()
-            stored.write_text(damaged)
-            assert _earning_tests(tests, modules) == first
-            assert json.loads(stored.read_text()) == [sorted(earning), sorted(holding)]
-    finally:
-        _earning_tests.cache_clear()
 

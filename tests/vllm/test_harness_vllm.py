@@ -15,8 +15,8 @@ import torch
 from opd_gym.harness import MiniSweAgentConfig, MiniSweAgentRunner
 from opd_gym.opd.config import OPDConfig
 from opd_gym.proxy import RecordingProxy, VLLMBackend
+from opd_gym.rollout_core import build_env
 from opd_gym.runs.config import RolloutConfig
-from opd_gym.runs.core import build_env
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker,
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]

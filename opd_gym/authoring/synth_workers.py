@@ -1,7 +1,7 @@
 """Synthesis on a Ray cluster: actors that validate mutants (threads of this process are
 `synth.ThreadValidators`, the default).
 
-`synthesize` (opd_gym/tasks/synth.py) hands mutations out in schedule order, at most
+`synthesize` (opd_gym/authoring/synth.py) hands mutations out in schedule order, at most
 `slots` at a time, and records each verdict as it comes back; the backend only runs
 `validate_mutation`. Each worker (a thread, or a Ray actor with its own sandbox pool) keeps
 one `Bench` per project, a sandbox holding the original tree, so a mutant costs no container
@@ -19,8 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opd_gym.sandboxes.base import SandboxError
-from opd_gym.tasks.synth import (
+from opd_gym.authoring.synth import (
     Baseline,
     Bench,
     Mutation,
@@ -30,6 +29,7 @@ from opd_gym.tasks.synth import (
     project_from_source,
     validate_mutation,
 )
+from opd_gym.sandboxes.base import SandboxError
 
 
 class _Worker:

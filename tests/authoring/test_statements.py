@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from opd_gym.tasks.repo_suite import _project, manifest_path
-from opd_gym.tasks.statements import (
+from opd_gym.authoring.statements import (
     EXPECTED_LABELS,
     OBSERVED_LABELS,
     calls_changed_function,
@@ -16,7 +15,8 @@ from opd_gym.tasks.statements import (
     parse_failure,
     statement_problems,
 )
-from opd_gym.tasks.synth import Mutation, check_statement, read_manifest, write_statement
+from opd_gym.authoring.synth import Mutation, check_statement, read_manifest, write_statement
+from opd_gym.tasks.repo_suite import _project, manifest_path
 
 PATH = "more_itertools/more.py"
 FUNCTION = "windowed_complete"

@@ -17,7 +17,7 @@ FAIL_TO_PASS ids fail them again (an id that changes is flaky: dropped, never sc
 gate could never pay for a fix.
 Mutants that break collection, time out, or leave nothing failing are discarded, with the
 reason recorded in the progress file. Mutants are validated in parallel, by threads of this
-process or by Ray actors (`opd_gym.tasks.synth_workers`), handed out in schedule order so that
+process or by Ray actors (`opd_gym.authoring.synth_workers`), handed out in schedule order so that
 any number of workers keeps the tasks a serial run keeps.
 
 The test split, as in SWE-bench: PASS_TO_PASS is every id that passes on the original tree
@@ -36,7 +36,7 @@ replaced by another local in use there), `wrong_default` (a parameter's default 
 (`GREPPABLE`: `return None`, a stray `pass`, a bare `not (...)`) are scheduled last.
 
 Problem statements are written like a user's bug report from the FAIL_TO_PASS tests' own
-source and the failures of the validation run (`opd_gym.tasks.statements`: a symptom title, a
+source and the failures of the validation run (`opd_gym.authoring.statements`: a symptom title, a
 reproduction snippet, observed and expected behaviour); a mutant none of whose reports passes
 `statement_problems` (no changed file or function blamed, no mutated line, no test name or
 id) is not kept.
@@ -46,289 +46,54 @@ from __future__ import annotations
 
 import ast
 import bisect
-import hashlib
 import json
 import random
 import re
 import shlex
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from opd_gym import pyast
+from opd_gym.authoring.statements import statement_problems, write_report
 from opd_gym.errors import DatasetError
-from opd_gym.records.task import RepoInfo, Task
 from opd_gym.sandboxes.base import SandboxError
-from opd_gym.tasks.libraries import PINNED, Library, unpack
-from opd_gym.tasks.pytest_config import read_pytest_config, runs_uninstalled
-from opd_gym.tasks.statements import statement_problems, write_report
+from opd_gym.tasks.manifest import (  # noqa: F401  (the manifest's names, as synth had them)
+    MANIFEST_VERSION,
+    READABLE_VERSIONS,
+    WORKSPACE_INI,
+    build_task,
+    compact_records,
+    difficulty,
+    expand_records,
+    is_manifest,
+    load_manifest,
+    manifest_tasks,
+    read_manifest,
+    task_id,
+    working_copy,
+    write_manifest,
+)
+from opd_gym.tasks.mutation import Mutation, Span, _line_starts  # noqa: F401
+from opd_gym.tasks.project import (  # noqa: F401  (the project's names, as synth had them)
+    Project,
+    project_from_dir,
+    project_from_library,
+    project_from_sdist,
+    project_from_source,
+    resolve_project,
+)
 
-MANIFEST_VERSION = 2  # 2: PASS_TO_PASS may be stored compactly (`compact_records`)
-READABLE_VERSIONS = (1, 2)
 F2P_CAP = 20
 STABILITY_RUNS = 3
 CANARY_SEED = 0
 RUN_TIMEOUT = 300.0
 REPORT = "/tmp/opd-synth-report.jsonl"
 OUTCOMES = ".opd-synth-outcomes.json"
-
-
-# -- projects -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Project:
-    """A tree to mutate: workspace files (bytes), the pytest suite (text) and its ini.
-
-    `source` says how to get the same tree again: {"kind": "library", "name": ...},
-    {"kind": "sdist", "path": ..., "sha256": ...} or {"kind": "dir", "path": ...}.
-    """
-
-    name: str
-    version: str
-    workspace: Mapping[str, bytes]
-    tests: Mapping[str, str]
-    ini: str
-    source: Mapping[str, str]
-
-    def text_files(self) -> tuple[dict[str, str], list[str]]:
-        """The workspace as text, and the paths dropped because they are not UTF-8 text."""
-        text: dict[str, str] = {}
-        dropped: list[str] = []
-        for path, data in sorted(self.workspace.items()):
-            try:
-                text[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                dropped.append(path)
-        return text, dropped
-
-
-def project_from_library(lib: Library) -> Project:
-    """A pinned library from the sdist cache (DatasetError says to run setup when missing)."""
-    src = unpack(lib)
-    ini = src.ini
-    if lib.ini is None:  # the project's own settings, run uninstalled as check-suite runs them
-        ini = runs_uninstalled(read_pytest_config({**src.workspace, **src.tests}),
-                               src.workspace).ini
-    return Project(lib.name, lib.version, src.workspace, src.tests, ini,
-                   {"kind": "library", "name": lib.name})
-
-
-_TEST_DIRS = ("tests", "test", "testing")
-
-
-def _split_suite(name: str, files: Mapping[str, bytes],
-                 ) -> tuple[dict[str, bytes], dict[str, str], tuple[str, ...]]:
-    """Split a project's files into (workspace, suite text, test roots) by the usual layout."""
-    roots = [d for d in _TEST_DIRS if any(p.startswith(d + "/") for p in files)]
-    if not roots:
-        roots = sorted(p for p in files if "/" not in p and re.fullmatch(r"test_.*\.py", p))
-    if not roots:
-        roots = sorted({str(PurePosixPath(p).parent) for p in files
-                        if PurePosixPath(p).name.startswith("test_") and p.endswith(".py")
-                        and PurePosixPath(p).parent.name in _TEST_DIRS})
-    if not roots:
-        raise DatasetError(f"{name}: no test suite found (a tests/ or test/ folder, or "
-                           "test_*.py files at the top)")
-    workspace: dict[str, bytes] = {}
-    tests: dict[str, str] = {}
-    for path, data in files.items():
-        if path == "conftest.py" or any(path == r or path.startswith(r + "/") for r in roots):
-            try:
-                tests[path] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                workspace[path] = data
-        else:
-            workspace[path] = data
-    return workspace, tests, tuple(roots)
-
-
-def _ini_for(files: Mapping[str, bytes], roots: Sequence[str]) -> str:
-    """The project's own pytest.ini when it has one, else `testpaths` = the suite's roots."""
-    own = files.get("pytest.ini")
-    if own is not None:
-        return own.decode("utf-8", "replace")
-    return "[pytest]\ntestpaths = " + " ".join(roots) + "\n"
-
-
-_SKIP = {".git", "__pycache__", ".pytest_cache", ".tox", ".venv", "venv", "build", "dist",
-         ".mypy_cache", ".ruff_cache", "node_modules"}
-
-
-def project_from_dir(root: Path) -> Project:
-    """A local project folder (its files, minus VCS and build folders)."""
-    files: dict[str, bytes] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if _SKIP.intersection(rel.parts) or not path.is_file() or path.suffix == ".pyc":
-            continue
-        files[rel.as_posix()] = path.read_bytes()
-    workspace, tests, roots = _split_suite(root.name, files)
-    workspace.pop("pytest.ini", None)
-    return Project(root.name, "local", workspace, tests, _ini_for(files, roots),
-                   {"kind": "dir", "path": str(root.resolve())})
-
-
-def project_from_sdist(path: Path) -> Project:
-    """An sdist (.tar.gz) holding its test suite."""
-    files: dict[str, bytes] = {}
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar.getmembers():
-                parts = PurePosixPath(member.name).parts
-                if not member.isfile() or len(parts) < 2 or ".." in parts:
-                    continue
-                handle = tar.extractfile(member)
-                if handle is not None:
-                    files[PurePosixPath(*parts[1:]).as_posix()] = handle.read()
-    except (tarfile.TarError, OSError) as exc:
-        raise DatasetError(f"{path.name}: not a readable sdist ({exc})") from None
-    stem = path.name.removesuffix(".tar.gz")
-    name, _, version = stem.rpartition("-")
-    workspace, tests, roots = _split_suite(stem, files)
-    workspace.pop("pytest.ini", None)
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return Project(name or stem, version or "unknown", workspace, tests, _ini_for(files, roots),
-                   {"kind": "sdist", "path": str(path.resolve()), "sha256": sha})
-
-
-def resolve_project(source: str) -> Project:
-    """An sdist path, a library name from libraries.py, or a local project folder."""
-    for lib in PINNED:
-        if lib.name == source:
-            return project_from_library(lib)
-    path = Path(source)
-    if path.is_dir():
-        return project_from_dir(path)
-    if path.is_file() and path.name.endswith(".tar.gz"):
-        return project_from_sdist(path)
-    known = ", ".join(lib.name for lib in PINNED)
-    raise DatasetError(f"{source!r} is neither an sdist (.tar.gz), a project folder, nor a "
-                       f"known library ({known})")
-
-
-def project_from_source(source: Mapping[str, str]) -> Project:
-    """The project a manifest's `source` record names (checked against its hash if any)."""
-    kind = source.get("kind")
-    if kind == "library":
-        for lib in PINNED:
-            if lib.name == source.get("name"):
-                return project_from_library(lib)
-        raise DatasetError(f"unknown library {source.get('name')!r} in a manifest")
-    if kind == "sdist":
-        project = project_from_sdist(Path(source["path"]))
-        if source.get("sha256") and project.source["sha256"] != source["sha256"]:
-            raise DatasetError(f"{source['path']}: sha256 differs from the manifest's")
-        return project
-    if kind == "dir":
-        if not Path(source["path"]).is_dir():
-            raise DatasetError(f"the project folder {source['path']!r} does not exist")
-        return project_from_dir(Path(source["path"]))
-    raise DatasetError(f"unknown project source {dict(source)!r} in a manifest")
-
-
-# -- mutations ----------------------------------------------------------------------------
-Span = tuple[int, int, int, int, str, str]  # line, col, end_line, end_col, original, new
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """One change: bytes from (line, col) to (end_line, end_col) of `path` (ast positions:
-    1-based lines, UTF-8 byte columns) hold `original` and become `replacement`.
-
-    `more` holds the further spans of a coordinated mutation (two edits in one function,
-    kind `coordinated:<kind>+<kind>`), each (line, col, end_line, end_col, original,
-    replacement) in the same file, apart from the first; a one-span mutation has none, and
-    its key and JSON are what they were before `more` existed."""
-
-    path: str
-    function: str  # qualified name of the enclosing function, e.g. "Cls.method"
-    kind: str
-    line: int
-    col: int
-    end_line: int
-    end_col: int
-    original: str
-    replacement: str
-    more: tuple[Span, ...] = ()
-
-    def __post_init__(self) -> None:
-        """Spans read back from JSON (lists) become tuples, so a replayed mutation is equal."""
-        object.__setattr__(self, "more", tuple(tuple(s) for s in self.more))
-
-    @property
-    def key(self) -> str:
-        """A short stable id of the mutation (its identity in manifests and task ids)."""
-        raw = json.dumps(self.record(), sort_keys=True).encode()
-        return hashlib.sha256(raw).hexdigest()[:10]
-
-    def record(self) -> dict[str, Any]:
-        """The manifest's JSON of the mutation (`more` only where there is more than one span)."""
-        data = asdict(self)
-        if not self.more:
-            del data["more"]
-        else:
-            data["more"] = [list(s) for s in self.more]
-        return data
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """The kinds of the edits (two for a coordinated mutation, else its own kind)."""
-        group, _, parts = self.kind.partition(":")
-        return tuple(parts.split("+")) if group == "coordinated" and parts else (self.kind,)
-
-    def spans(self) -> list[Span]:
-        """Every span of the change, the first one first."""
-        return [(self.line, self.col, self.end_line, self.end_col, self.original,
-                 self.replacement), *self.more]
-
-    def apply(self, text: str) -> str:
-        """`text` with the mutation applied; DatasetError if a span does not hold its original."""
-        data = text.encode("utf-8")
-        starts = _line_starts(data)
-        cuts: list[tuple[int, int, str]] = []
-        for line, col, end_line, end_col, original, replacement in self.spans():
-            if end_line > len(starts):
-                raise DatasetError(f"{self.path}: mutation {self.key} lies past the end of "
-                                   "the file")
-            start, end = starts[line - 1] + col, starts[end_line - 1] + end_col
-            if data[start:end].decode("utf-8", "replace") != original:
-                raise DatasetError(f"{self.path}: mutation {self.key} does not match the file "
-                                   f"(expected {original!r} at line {line})")
-            cuts.append((start, end, replacement))
-        cuts.sort()
-        if any(a[1] > b[0] for a, b in zip(cuts, cuts[1:], strict=False)):
-            raise DatasetError(f"{self.path}: mutation {self.key} has overlapping spans")
-        for start, end, replacement in reversed(cuts):
-            data = data[:start] + replacement.encode("utf-8") + data[end:]
-        return data.decode("utf-8")
-
-    def lines(self, text: str) -> tuple[str, str]:
-        """The whole mutated line(s) before and after, stripped (what a statement must hide)."""
-        spans = self.spans()
-        first = min(s[0] for s in spans)
-        last = max(s[2] for s in spans)
-        before = text.splitlines()[first - 1:last]
-        delta = sum(s[5].count("\n") - s[4].count("\n") for s in spans)
-        after = self.apply(text).splitlines()[first - 1:last + delta]
-        return "\n".join(s.strip() for s in before), "\n".join(s.strip() for s in after)
-
-    @property
-    def lines_changed(self) -> int:
-        """Source lines the change touches (each span's original lines, summed; a span that
-        ends at column 0 of a line, a deletion of whole lines, does not touch that line)."""
-        return sum(s[2] - s[0] + (s[3] > 0 or s[2] == s[0]) for s in self.spans())
-
-
-def _line_starts(data: bytes) -> list[int]:
-    starts = [0]
-    for i, byte in enumerate(data):
-        if byte == 10:
-            starts.append(i + 1)
-    return starts
 
 
 _BINOPS = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "//"),
@@ -1021,7 +786,7 @@ def validate_mutation(project: Project, base: Baseline, mutation: Mutation, pool
 # -- problem statements ------------------------------------------------------------------
 def write_statement(project: Project, mutation: Mutation, messages: Sequence[str],
                     f2p: Sequence[str]) -> str:
-    """A user's bug report of the mutant (`opd_gym.tasks.statements`): symptom, snippet,
+    """A user's bug report of the mutant (`opd_gym.authoring.statements`): symptom, snippet,
     observed and expected; "" when no failing test yields one. `messages[i]` is the
     validation run's message of `f2p[i]`."""
     names = {part for i in f2p for part in base_id(i).split("::")[1:]}
@@ -1058,66 +823,6 @@ def statement_leaks(project: Project, mutation: Mutation, statement: str,
     return [x for x in _forbidden(project, mutation, test_ids) if x in statement]
 
 
-# -- tasks and manifests -------------------------------------------------------------------
-def task_id(project_name: str, mutation: Mutation) -> str:
-    """A synthesized task's id: the project and the mutation's key."""
-    return f"{project_name}-{mutation.key}"
-
-
-WORKSPACE_INI = "pytest.ini"
-
-
-def working_copy(project: Project, text: Mapping[str, str]) -> tuple[dict[str, str], str]:
-    """The agent's workspace as a real working copy: the project's own test suite beside its
-    code, so `python3 -m pytest` runs as in the project, and, when the settings pytest would
-    read there differ from the ones the tests are graded with (options of plugins this
-    environment lacks, a curated ini), those go into a root `pytest.ini` (pytest reads it
-    first), with a note for the prompt. The hidden copies of the tests are what grade: an
-    edit to a test file never counts."""
-    files = {**text, **project.tests}
-    own = read_pytest_config(files)
-    if own.source and own.ini == project.ini:
-        return files, ""
-    where = f"the settings in {own.source}" if own.source else "pytest's defaults"
-    files[WORKSPACE_INI] = (f"# The pytest settings this task is graded with; they replace "
-                            f"{where}.\n{project.ini}")
-    graded = read_pytest_config({WORKSPACE_INI: project.ini}).addopts
-    left_out = [o for o in own.addopts if o not in graded]
-    why = (f" ({shlex.join(left_out)} left out: this environment lacks those plugins)"
-           if left_out else "")
-    return files, ("\n\n(The project's test suite is in the workspace; `python3 -m pytest` "
-                   f"runs it with the settings in {WORKSPACE_INI}, the ones it is graded "
-                   f"with, which replace {where}{why}.)")
-
-
-def build_task(project: Project, record: Mapping[str, Any]) -> Task:
-    """The repository task a manifest record describes, rebuilt from the project's tree."""
-    mutation = Mutation(**record["mutation"])
-    if mutation.path not in project.workspace:
-        raise DatasetError(f"{project.name}: {mutation.path} is not in the project")
-    text, dropped = project.text_files()
-    original = text[mutation.path]
-    text[mutation.path] = mutation.apply(original)
-    files, note = working_copy(project, text)
-    level = record.get("difficulty") or difficulty(mutation, record["fail_to_pass"],
-                                                   record.get("failures", 0))
-    return Task(
-        id=record.get("id") or task_id(project.name, mutation),
-        prompt=record["statement"] + note,
-        files=files,
-        tests=dict(project.tests),
-        solution={mutation.path: original},
-        timeout=float(record.get("timeout", 300.0)),
-        difficulty="hard",
-        tags=("repo", "synthesized", project.name),
-        metadata={"library": project.name, "version": project.version,
-                  "dropped_binaries": dropped, "difficulty": dict(level)},
-        pytest_ini=project.ini,
-        repo=RepoInfo(name=project.name, fail_to_pass=tuple(record["fail_to_pass"]),
-                      pass_to_pass=tuple(record["pass_to_pass"]), synthesized=True),
-    )
-
-
 def verdict_record(project: Project, verdict: Verdict) -> dict[str, Any]:
     """The manifest row of a kept verdict (with its `difficulty`)."""
     return {"id": task_id(project.name, verdict.mutation), "project": project.name,
@@ -1127,14 +832,6 @@ def verdict_record(project: Project, verdict: Verdict) -> dict[str, Any]:
             "canaried": verdict.canaried, "failures": verdict.failures,
             "difficulty": difficulty(verdict.mutation, verdict.fail_to_pass,
                                      verdict.failures)}
-
-
-def difficulty(mutation: Mutation, fail_to_pass: Sequence[str], failures: int
-               ) -> dict[str, Any]:
-    """How hard a task is, as recorded per task: its kind(s), the lines the change touches,
-    its FAIL_TO_PASS count and the tests that failed on the mutant (before the cap)."""
-    return {"kinds": list(mutation.kinds), "lines_changed": mutation.lines_changed,
-            "fail_to_pass": len(fail_to_pass), "tests_failing": failures}
 
 
 class Progress:
@@ -1250,7 +947,7 @@ def synthesize(project: Project, pool: Any, progress: Progress, max_tasks: int, 
                validators: Any = None) -> list[dict]:
     """Validate mutations of `project` in schedule order until `max_tasks` are kept.
 
-    Mutations are handed to `validators` (`opd_gym.tasks.synth_workers`: threads sharing
+    Mutations are handed to `validators` (`opd_gym.authoring.synth_workers`: threads sharing
     `pool` by default, or Ray actors) in schedule order, at most its `slots` at a time, and
     every one handed out is waited for: the mutations validated are always a prefix of the
     schedule, so the records kept are those of a serial run with the same seed, whatever
@@ -1326,111 +1023,3 @@ def _validate_in_order(project: Project, base: Baseline, todo: Sequence[Mutation
                 on_verdict(verdict)
 
 
-def write_manifest(path: Path, project: Project, records: Sequence[Mapping[str, Any]],
-                   stats: Mapping[str, Any] | None = None) -> None:
-    """Write a one-project manifest (replayable with `load_manifest`)."""
-    data = {"version": MANIFEST_VERSION,
-            "projects": {project.name: {"version": project.version,
-                                        "source": dict(project.source),
-                                        **dict(stats or {})}},
-            "tasks": list(records)}
-    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def load_manifest(path: Path) -> list[Task]:
-    """The tasks of a manifest written by `tasks synth` (projects rebuilt from their source)."""
-    return manifest_tasks(read_manifest(path), str(path))
-
-
-def is_manifest(data: Any) -> bool:
-    """Whether parsed JSON is a synthesis manifest (`write_manifest`, the `repo` suite's):
-    a `version`, a `projects` table and `tasks` records that each name a `mutation`."""
-    return (isinstance(data, Mapping) and "version" in data
-            and isinstance(data.get("projects"), Mapping) and isinstance(data.get("tasks"), list)
-            and all(isinstance(r, Mapping) and "mutation" in r for r in data["tasks"]))
-
-
-def manifest_tasks(data: Mapping[str, Any], where: str = "manifest") -> list[Task]:
-    """The tasks of a parsed manifest (its version checked, each project rebuilt once);
-    DatasetError names the manifest, the project or the task that cannot be rebuilt."""
-    if data.get("version") not in READABLE_VERSIONS:
-        raise DatasetError(f"{where}: manifest version {data.get('version')!r}, "
-                           f"expected one of {READABLE_VERSIONS}")
-    data = expand_records(data, where)
-    projects: dict[str, Project] = {}
-    for name, info in data["projects"].items():
-        source = info.get("source") if isinstance(info, Mapping) else None
-        if not isinstance(source, Mapping):
-            raise DatasetError(f"{where}: project {name!r} names no source")
-        try:
-            projects[name] = project_from_source(source)
-        except DatasetError as exc:
-            raise DatasetError(f"{where}: project {name!r}: {exc}") from None
-    tasks = []
-    for number, record in enumerate(data["tasks"], 1):
-        label = f"{where}: task {number} ({record.get('id', '?')!r})"
-        project = projects.get(record.get("project"))
-        if project is None:
-            raise DatasetError(f"{label}: project {record.get('project')!r} is not in the "
-                               "manifest's projects")
-        try:
-            tasks.append(build_task(project, record))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DatasetError(f"{label}: {exc}") from None
-    return tasks
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """A manifest's JSON, checked for its version."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DatasetError(f"{path}: not a readable manifest ({exc})") from None
-    if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
-        version = data.get("version") if isinstance(data, dict) else None
-        raise DatasetError(f"{path}: manifest version {version!r}, "
-                           f"expected one of {READABLE_VERSIONS}")
-    return expand_records(data, str(path))
-
-
-def compact_records(projects: Mapping[str, dict[str, Any]], records: Sequence[Mapping[str, Any]]
-                    ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """(projects, records) with PASS_TO_PASS stored once per project: each project gets
-    `suite`, every id some record of it names, and each record `not_passing`, the ids of the
-    suite outside its PASS_TO_PASS (its failing and flaky ones, a handful), instead of the
-    whole list (every passing test guards, so PASS_TO_PASS is most of a suite of thousands).
-    `expand_records` gives the lists back exactly."""
-    suites: dict[str, set[str]] = {}
-    for record in records:
-        suites.setdefault(record["project"], set()).update(
-            record["pass_to_pass"], record["fail_to_pass"])
-    out_projects = {name: ({**info, "suite": sorted(suites[name])} if name in suites
-                           else dict(info)) for name, info in projects.items()}
-    out_records = []
-    for record in records:
-        row = {k: v for k, v in record.items() if k != "pass_to_pass"}
-        row["not_passing"] = sorted(suites[record["project"]] - set(record["pass_to_pass"]))
-        out_records.append(row)
-    return out_projects, out_records
-
-
-def expand_records(data: Mapping[str, Any], where: str = "manifest") -> dict[str, Any]:
-    """A manifest with every record's `pass_to_pass` list (`compact_records` undone; records
-    that carry the list already are left as they are)."""
-    projects = data.get("projects")
-    tasks = data.get("tasks")
-    if not isinstance(projects, Mapping) or not isinstance(tasks, list):
-        raise DatasetError(f"{where}: a manifest needs a `projects` table and a `tasks` list")
-    expanded = []
-    for record in tasks:
-        if isinstance(record, Mapping) and "not_passing" in record:
-            info = projects.get(record.get("project"))
-            suite = info.get("suite") if isinstance(info, Mapping) else None
-            if not isinstance(suite, list):
-                raise DatasetError(f"{where}: task {record.get('id', '?')!r} stores its "
-                                   "PASS_TO_PASS compactly, but its project has no `suite`")
-            absent = set(record["not_passing"])
-            record = {k: v for k, v in record.items() if k != "not_passing"}
-            record["pass_to_pass"] = sorted(i for i in suite if i not in absent)
-        expanded.append(record)
-    return {**data, "tasks": expanded}

@@ -17,10 +17,10 @@ import subprocess
 
 import pytest
 
+from opd_gym.authoring.statements import OBSERVED_LABELS
 from opd_gym.grading.plain import container, put_files
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks.repo_suite import load_repo_suite
-from opd_gym.tasks.statements import OBSERVED_LABELS
 
 pytestmark = pytest.mark.docker
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opd_gym.errors import DatasetError
-from opd_gym.tasks.synth import (
+from opd_gym.authoring.synth import (
     GREPPABLE,
     Mutation,
     Progress,
@@ -31,7 +30,8 @@ from opd_gym.tasks.synth import (
     validate_mutation,
     write_statement,
 )
-from opd_gym.tasks.synth_cli import synth_command
+from opd_gym.authoring.synth_cli import synth_command
+from opd_gym.errors import DatasetError
 
 CODE = '''\
 """A tiny library to mutate."""
@@ -494,7 +494,7 @@ def test_compact_manifests_give_back_every_pass_to_pass_list_exactly(tmp_path):
     outside it (`not_passing`): reading gives the full sorted lists back; a version 1
     manifest (full lists) still reads; a compact record whose project has no suite is
     refused, naming the task."""
-    from opd_gym.tasks.synth import compact_records, expand_records, read_manifest
+    from opd_gym.authoring.synth import compact_records, expand_records, read_manifest
 
     suite = [f"t.py::test_{i}" for i in range(8)]
     records = [{"id": "p-a", "project": "p", "mutation": {}, "fail_to_pass": [suite[0]],

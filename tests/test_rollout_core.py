@@ -13,15 +13,15 @@ import pytest
 
 from opd_gym.agents.scripted import ReferenceAgent
 from opd_gym.records.policy import Policy, SeededPolicy, TokenPolicy, seed_episode
-from opd_gym.runs import EpisodeRow, RunDirectory
-from opd_gym.runs.config import RolloutConfig
-from opd_gym.runs.core import (
+from opd_gym.rollout_core import (
     EpisodeOutcome,
     RowSink,
     build_agent,
     build_env,
     play,
 )
+from opd_gym.runs import EpisodeRow, RunDirectory
+from opd_gym.runs.config import RolloutConfig
 from opd_gym.runs.interrupt import EpisodeInterrupted
 from opd_gym.sandboxes import make_pool
 from opd_gym.tasks import load_suite

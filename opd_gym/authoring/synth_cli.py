@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from opd_gym.authoring.synth import Progress, Verdict, resolve_project, synthesize, write_manifest
 from opd_gym.errors import DatasetError
-from opd_gym.tasks.synth import Progress, Verdict, resolve_project, synthesize, write_manifest
 
 
 def synth_command(source: str, output: str | None, max_tasks: int, seed: int,
@@ -43,7 +43,7 @@ def synth_command(source: str, output: str | None, max_tasks: int, seed: int,
         bar.set_postfix(tried=tried[0])
 
     started = time.perf_counter()
-    from opd_gym.tasks.synth_workers import make_validators
+    from opd_gym.authoring.synth_workers import make_validators
 
     distributed = ray or address is not None
     try:  # with Ray the local pool only runs the baseline; the actors bring their own

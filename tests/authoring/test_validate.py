@@ -13,10 +13,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from opd_gym.grading import Grader, GradeReport, TestOutcome
-from opd_gym.sandboxes import make_pool
-from opd_gym.tasks import Task, load_suite
-from opd_gym.tasks.validate import (
+from opd_gym.authoring.validate import (
     WRONG_LIMIT,
     check_tasks,
     judge,
@@ -26,6 +23,9 @@ from opd_gym.tasks.validate import (
     table_row,
     wrong_answer,
 )
+from opd_gym.grading import Grader, GradeReport, TestOutcome
+from opd_gym.sandboxes import make_pool
+from opd_gym.tasks import Task, load_suite
 
 MODULE = '''\
 """A docstring stays first."""
@@ -242,7 +242,7 @@ def test_every_builtin_task_pays_for_solving_it_and_nothing_else(docker_grader):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's notice
 def test_a_task_that_cannot_be_verified_is_a_failure_line_with_the_reason(make_task):
     """A task without an earning test pays 0 for every answer: named, not `ok`."""
-    from opd_gym.tasks.validate import UNVERIFIABLE
+    from opd_gym.authoring.validate import UNVERIFIABLE
 
     solved = make_task("already_solved", files={"calc.py": "def add(a, b):\n    return a + b\n"})
     with make_pool("local", size=2) as pool:

@@ -1,9 +1,9 @@
-"""Rewrite the committed `repo` suite's statements (`python -m opd_gym.tasks.restate restate`).
+"""Rewrite the committed `repo` suite's statements (`python -m opd_gym.authoring.restate restate`).
 
 A manifest does not store the failure messages its statements are written from, so each
 mutant's FAIL_TO_PASS tests run once more in the sandbox (`capture_failures`, cached beside
 the sdists) and only the statements are rewritten (`restate_manifest`), every other byte kept.
-Apart from `opd_gym.tasks.statements` (the writer and checker) so that module stays free of
+Apart from `opd_gym.authoring.statements` (the writer and checker) so that module stays free of
 the synthesis machinery it serves.
 """
 
@@ -21,9 +21,9 @@ def capture_failures(records: Sequence[Mapping[str, Any]], workers: int = 2,
                      cache: Path | None = None) -> dict[str, dict[str, str]]:
     """Per task id, pytest's failure message per FAIL_TO_PASS id, from one sandbox run of the
     mutant's FAIL_TO_PASS tests (what a manifest does not store; resumable via `cache`)."""
+    from opd_gym.authoring.synth import Bench, Mutation, project_from_library, run_suite
     from opd_gym.sandboxes import make_pool
     from opd_gym.tasks.libraries import library
-    from opd_gym.tasks.synth import Bench, Mutation, project_from_library, run_suite
 
     done: dict[str, dict[str, str]] = {}
     if cache is not None and cache.exists():
@@ -73,14 +73,14 @@ def capture_failures(records: Sequence[Mapping[str, Any]], workers: int = 2,
 def restate_manifest(path: Path, failures: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Rewrite the statements of a one-task-per-line manifest (the `repo` suite's) in place,
     every other byte kept; returns the ids whose statement could not be written (kept)."""
-    from opd_gym.tasks.libraries import library
-    from opd_gym.tasks.synth import (
+    from opd_gym.authoring.synth import (
         Mutation,
         check_statement,
         project_from_library,
         read_manifest,
         write_statement,
     )
+    from opd_gym.tasks.libraries import library
 
     # PASS_TO_PASS as the records mean it (a compact record stores only what it lacks)
     guarding = {r["id"]: r["pass_to_pass"] for r in read_manifest(path)["tasks"]}
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from opd_gym.tasks.libraries import sdist_cache
     from opd_gym.tasks.repo_suite import manifest_path
 
-    parser = argparse.ArgumentParser(prog="python -m opd_gym.tasks.restate")
+    parser = argparse.ArgumentParser(prog="python -m opd_gym.authoring.restate")
     sub = parser.add_subparsers(dest="command", required=True)
     restate = sub.add_parser("restate")
     restate.add_argument("--workers", type=int, default=2)
