@@ -189,8 +189,10 @@ def _imported_bases(text: str) -> tuple[tuple[str, str, int, str], ...]:
             for alias in node.names:
                 modules[alias.asname or alias.name.split(".")[0]] = (
                     alias.name if alias.asname else alias.name.split(".")[0])
-    local = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)
-             or isinstance(n, ast.Assign)}
+    local = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef
+                                                      | ast.AsyncFunctionDef)}
+    local |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Name)}
     found: list[tuple[str, str, int, str]] = []
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
         for base in cls.bases:

@@ -181,6 +181,8 @@ PACKAGE_TESTS = '''\
 import unittest
 
 from . import AreaMixin
+
+SETTING = 1  # a module-level assignment (a name a base could be bound to)
 from .base import PerimChecks
 from tests import base
 
