@@ -65,7 +65,7 @@ O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 # and anything it left running) is gone. The zygote writes "pid N" and "rc N" control lines;
 # agent processes can write to that pipe too, so the helper treats them as untrusted hints.
 ZYGOTE_SCRIPT = r"""
-__opd_st_=$OPD_STATE; unset OPD_STATE
+__opd_st_=$OPD_STATE; unset OPD_STATE; __opd_ws_=$PWD
 __opd_save_() {
   __opd_rc_=$?
   pwd > "$__opd_st_/cwd" 2>/dev/null
@@ -81,7 +81,7 @@ while read -r __opd_go_; do
     if [ -f "$__opd_st_/env" ]; then . "$__opd_st_/env" 2>/dev/null; fi
     if [ -f "$__opd_st_/cwd" ]; then
       read -r __opd_d_ < "$__opd_st_/cwd"
-      cd "$__opd_d_" 2>/dev/null || cd "$HOME"
+      cd "$__opd_d_" 2>/dev/null || cd "$__opd_ws_"  # HOME is outside the workspace
       unset __opd_d_
     fi
     read -r -d '' __opd_cmd_ < "$__opd_st_/cmd"
@@ -1009,19 +1009,19 @@ def main():
     if AGENT_IDS is not None:
         os.setgroups([])
     signal.signal(signal.SIGTERM, _terminate)
+    home = os.environ.get("HOME") or WORKSPACE
     with AS_AGENT:
         os.makedirs(STATE, mode=0o700, exist_ok=True)
-    home = os.environ.get("HOME") or WORKSPACE
+        try:  # the agent's own HOME, outside the workspace (the host names it)
+            os.makedirs(home, mode=0o700, exist_ok=True)
+        except OSError:
+            pass
+    # Only PATH and HOME come from here; every other variable of the agent's shell is the
+    # suite environment the host passes as OPD_ENV_* (opd_gym/sandboxes/environment.py), the
+    # one validation and grading run with too.
     BASE_ENV = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": home if os.path.isdir(home) else WORKSPACE,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TERM": "dumb",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PAGER": "cat",
-        "GIT_PAGER": "cat",
     }
     for key, value in os.environ.items():
         if key.startswith("OPD_ENV_"):

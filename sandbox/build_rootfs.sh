@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the sandbox root filesystem offline (no container registry needed): Debian bookworm
-# minbase with python3, bash, coreutils and git (repository tasks) from this machine's configured Debian mirror, plus the
-# pinned Python packages of grading-requirements.txt (pytest 8 and friends) installed from the
-# wheel cache that scripts/setup.sh fills (`pip download --require-hashes`), with no network.
+# minbase with python3 (also as `python`), bash, coreutils and git (repository tasks) from this
+# machine's configured Debian mirror, plus the pinned Python packages of grading-requirements.txt
+# (pytest 8 and friends) installed from the wheel cache that scripts/setup.sh fills
+# (`pip download --require-hashes`), with no network.
 # Usage: build_rootfs.sh OUTDIR   (needs root and debootstrap)
 set -euo pipefail
 out=${1:?usage: build_rootfs.sh OUTDIR}
@@ -40,6 +41,11 @@ chroot "$tmp" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root PYTHONDONTWRIT
 rm -rf "$stage"
 chroot "$tmp" /usr/bin/python3 -c 'import pytest, pytest_reportlog; assert pytest.__version__.startswith("8.")' \
   || { echo "the rootfs python3 does not import pytest 8 after the wheel install" >&2; exit 1; }
+# `python` is Python 3, as in the Dockerfile's python image (Debian's python-is-python3 does
+# the same): an agent that types `python` must not lose a turn to "command not found".
+ln -sfn python3 "$tmp/usr/bin/python"
+chroot "$tmp" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin python -c 'import sys; assert sys.version_info[0] == 3' \
+  || { echo "the rootfs python is not Python 3" >&2; exit 1; }
 # Bytecode for the installed packages, written now as root: sandbox uids cannot write it, so
 # without it every pytest process (each grade, each agent's test run) compiles pytest anew
 # (about 0.3 s of a 0.6 s start). Timestamp-checked, so a package a later setup step replaces

@@ -20,7 +20,9 @@ Before it reads the request, the harness imports pytest (once, for all variants)
 "zygote" whose memory never holds the request (so no variant can find the other variant's
 tests in it); the zygote forks the variants ONE AT A TIME, in random order. Each drops to its
 own uid (Docker: the agent's uid + 1 + its index; neither owns the workspace, which is closed
-to them while grading), clears its environment, enters the tree and calls `pytest.main` with
+to them while grading), clears its environment for the request's `env` (the suite environment
+of opd_gym/sandboxes/environment.py, the agent's terminal's too) with a HOME and TMPDIR of its
+own, enters the tree and calls `pytest.main` with
 the task's ini (`-c`), rootdir and confcutdir = the tree, `-p no:cacheprovider` and
 `--continue-on-collection-errors` (and, given `select`, only those node ids; given the
 variant's `skip`, none of those base ids: tests that run in one variant only). A small plugin
@@ -840,8 +842,13 @@ def run_variant(command, out_fd, result_fd):
         os.mkdir(home, 0o700)
         os.mkdir(tmp, 0o700)
         os.environ.clear()
-        os.environ.update(PATH=command["path"], LANG="C.UTF-8", HOME=home, TMPDIR=tmp,
-                          PYTHONDONTWRITEBYTECODE="1")
+        # the suite environment the request names (the agent's terminal has the same one:
+        # opd_gym/sandboxes/environment.py), with a HOME and TMPDIR of this variant's own
+        os.environ.update(command["env"])
+        os.environ.update(PATH=command["path"], HOME=home, TMPDIR=tmp)
+        import time
+
+        time.tzset()  # TZ as the table has it, should the launch environment have differed
         tempfile.tempdir = None
         sys.dont_write_bytecode = True
         tree = command["tree"]
@@ -1665,6 +1672,9 @@ def main():
         skips = [[str(i) for i in variant.get("skip") or ()] for variant in variants_in]
         probe_state = request.get("probe_state") is True
         path = os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin"
+        env = request.get("env")  # optional: older requests get what they always had
+        env = ({str(k): str(v) for k, v in env.items()} if isinstance(env, dict)
+               else {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
         variants = [Variant(i, i, pipes[i][0][0], pipes[i][1][0]) for i in range(len(staging))]
         for i in range(len(staging), MAX_VARIANTS):
             os.close(pipes[i][0][0])
@@ -1677,7 +1687,7 @@ def main():
         for i in order:
             lines[i] = json.dumps({
                 "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
-                "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
+                "env": env, "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
                 "skip": skips[i], "probe_state": probe_state,
                 "pytest_args": pytest_args(trees[i], os.path.join(trees[i], ini_name), args),
             }) + "\n"

@@ -12,6 +12,11 @@ Add tasks generated elsewhere (another machine, a `--out` manifest) to the suite
 
     python -m opd_gym.authoring.repo_suite merge OTHER.json [...]
 
+Validate the committed tasks of some libraries again and rewrite their records from the new
+verdicts (after a change to the environment validation runs in, say):
+
+    python -m opd_gym.authoring.repo_suite refresh termcolor [...]
+
 Validate every committed task again in the sandbox image (the whole-suite check):
 
     python -m opd_gym.authoring.repo_suite validate [--sample N]
@@ -34,6 +39,7 @@ from opd_gym.authoring.synth import (
     baseline,
     synthesize,
     validate_mutation,
+    verdict_record,
 )
 from opd_gym.errors import DatasetError
 from opd_gym.records.task import Task
@@ -169,6 +175,49 @@ def merge(others: Sequence[Path], out: Path | None = None) -> tuple[Path, int]:
     return out, added
 
 
+def refresh(libraries: Sequence[str], workers: int = 2, out: Path | None = None
+            ) -> tuple[Path, int, list[str]]:
+    """Validate every committed task of `libraries` again from scratch, in the environment
+    validation has now, and rewrite their records from the new verdicts (FAIL_TO_PASS,
+    PASS_TO_PASS, statement, difficulty): what `generate` would keep of the same mutations
+    today. A task no longer kept is dropped. Returns (path, tasks rewritten, dropped lines)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opd_gym.sandboxes import make_pool
+
+    out = out or manifest_path()
+    data = read_manifest(out)
+    projects = {name: {k: v for k, v in info.items() if k != "suite"}
+                for name, info in data["projects"].items()}
+    records = {r["id"]: r for r in data["tasks"]}
+    wanted = [r for r in records.values() if r["project"] in set(libraries)]
+    pool = make_pool("docker", size=workers)
+    try:
+        bases = {name: baseline(_project(name), pool) for name in sorted(set(libraries))}
+
+        def again(record: dict[str, Any]) -> tuple[str, Any]:
+            project = _project(record["project"])
+            return record["id"], validate_mutation(project, bases[record["project"]],
+                                                   Mutation(**record["mutation"]), pool, SEED)
+
+        with ThreadPoolExecutor(max_workers=workers) as executor:
+            verdicts = list(executor.map(again, wanted))
+    finally:
+        pool.close()
+    dropped = []
+    for task_id, verdict in verdicts:
+        project = _project(records[task_id]["project"])
+        if verdict.kept:
+            records[task_id] = verdict_record(project, verdict)
+        else:
+            dropped.append(f"{task_id}: {verdict.reason}")
+            del records[task_id]
+    for name in projects:
+        projects[name]["kept"] = sum(r["project"] == name for r in records.values())
+    _write(out, projects, list(records.values()))
+    return out, len(verdicts) - len(dropped), dropped
+
+
 def _few(ids: set[str], most: int = 5) -> str:
     """Up to `most` of `ids`, sorted, for a message."""
     shown = sorted(ids)[:most]
@@ -257,6 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="validate nothing new: write the manifest from the progress file")
     mer = sub.add_parser("merge", help="add the tasks of other manifests to the suite's")
     mer.add_argument("manifests", nargs="+", type=Path)
+    ref = sub.add_parser("refresh", help="validate the tasks of LIBRARIES again and rewrite "
+                         "their records from the new verdicts")
+    ref.add_argument("libraries", nargs="+")
+    ref.add_argument("--workers", type=int, default=2)
     val = sub.add_parser("validate")
     val.add_argument("--sample", type=int, default=0, help="tasks per library (0: all)")
     val.add_argument("--workers", type=int, default=2)
@@ -268,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        address=None if args.ray in (None, "local") else args.ray,
                        max_tries=args.max_tries)
         print(f"[repo] wrote {out}")
+        return 0
+    if args.command == "refresh":
+        out, kept, dropped = refresh(args.libraries, args.workers)
+        for line in dropped:
+            print(f"[repo] dropped {line}")
+        print(f"[repo] rewrote {kept} task(s) in {out}")
         return 0
     if args.command == "merge":
         out, added = merge(args.manifests)

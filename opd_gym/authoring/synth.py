@@ -62,6 +62,7 @@ from opd_gym import pyast
 from opd_gym.authoring.statements import statement_problems, write_report
 from opd_gym.errors import DatasetError
 from opd_gym.sandboxes.base import SandboxError
+from opd_gym.sandboxes.environment import env_assignments, unset_variables
 from opd_gym.tasks.manifest import (  # noqa: F401  (the manifest's names, as synth had them)
     MANIFEST_VERSION,
     READABLE_VERSIONS,
@@ -582,9 +583,12 @@ class SuiteRun:
 
 def run_suite(sandbox: Any, args: Sequence[str] = (), timeout: float = RUN_TIMEOUT) -> SuiteRun:
     """`python3 -m pytest` in the sandbox's workspace (files already there), per-test outcomes
-    from pytest-reportlog as tests/grading/plain_pytest.py reads them."""
+    from pytest-reportlog as tests/grading/plain_pytest.py reads them. It runs in the agent's
+    terminal, with the suite environment the grade has too (`sandboxes.environment`), named
+    again here so that no variable exported in that shell changes what validation sees."""
     quoted = " ".join(shlex.quote(a) for a in args)
-    command = (f"rm -f {REPORT} {OUTCOMES}; PYTHONDONTWRITEBYTECODE=1 PYTHONHASHSEED=0 "
+    unset = " ".join(f"-u {name}" for name in unset_variables())
+    command = (f"rm -f {REPORT} {OUTCOMES}; env {unset} {shlex.join(env_assignments())} "
                "python3 -m pytest "
                f"-p no:cacheprovider -q --tb=native --report-log={REPORT} {quoted} "
                ">/dev/null 2>&1; "

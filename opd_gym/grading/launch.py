@@ -25,16 +25,19 @@ from typing import Any
 
 from opd_gym.resources import data_path
 from opd_gym.sandboxes import Sandbox, SandboxError, SandboxTimeout
+from opd_gym.sandboxes.environment import env_assignments, suite_environment
 
 MAX_VERDICT_BYTES = 64 << 20
 GENERIC_DIR = ".opd_grade"
-# The harness starts in a cleared environment with a fixed string-hash seed, and `-P -s`
-# (what `-I` means besides ignoring PYTHON* variables, which would drop the seed too): every
-# variant forks from it, so a suite that parametrizes over a set (ids by iteration order) has
-# the same test ids in every run, the calibration's and plain pytest's reference alike.
-HASH_SEED = "0"
+# The harness starts in a cleared environment holding the suite environment (the agent's
+# terminal's: opd_gym/sandboxes/environment.py), and `-P -s` (what `-I` means besides ignoring
+# PYTHON* variables, which would drop its string-hash seed too): every variant forks from it,
+# so what is fixed at interpreter start (the hash seed, the locale) is the table's, and a suite
+# that parametrizes over a set (ids by iteration order) has the same test ids in every run, the
+# calibration's, plain pytest's reference and the agent's own alike. Each variant's
+# environment is the table again (the request's `env`), with a HOME and TMPDIR of its own.
 HARNESS_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-               "LANG=C.UTF-8", f"PYTHONHASHSEED={HASH_SEED}")
+               *env_assignments())
 
 
 @cache
@@ -67,7 +70,8 @@ def harness_request(
     `skip[i]`: base ids variant `i` deselects (tests that run once, in another variant; an
     optional field of a variant, so older requests read alike). `probe_state`: each test's
     entry also gets a digest of the module-level state it left changed (calibration's leak
-    probe; an optional field too).
+    probe; an optional field too). `env` (always sent, optional to the harness): the suite
+    environment each variant runs with, the agent's terminal's (`sandboxes.environment`).
     """
     return {
         "version": 3, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
@@ -77,6 +81,7 @@ def harness_request(
         "variants": [{"files": dict(files), **({"skip": sorted(skip[i])}
                                                 if i < len(skip) and skip[i] else {})}
                      for i, files in enumerate(variants)],
+        "env": suite_environment(),
         **({"probe_state": True} if probe_state else {}),
     }
 
@@ -177,7 +182,7 @@ def _through_shell(sandbox: Sandbox, request: dict[str, Any], timeout: float) ->
     q = shlex.quote
     command = (
         f"cd / && exec 3< {q(folder + '/request.json')} && rm -f {q(folder + '/request.json')}"
-        f" && env -i PATH=\"$PATH\" LANG=C.UTF-8 PYTHONHASHSEED={HASH_SEED} python3 -P -s"
+        f" && env -i PATH=\"$PATH\" {shlex.join(env_assignments())} python3 -P -s"
         f" {q(folder + '/harness.py')} <&3"
         f" > {q(folder + '/verdict.json')} 2> {q(folder + '/harness.log')}"
     )

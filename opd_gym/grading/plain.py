@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from opd_gym.sandboxes.environment import AGENT_HOME, suite_environment, unset_variables
+
 AGENT_USER = "1000:1000"
 REPORT = "/tmp/opd-plain-report.jsonl"
 
@@ -57,6 +59,7 @@ def container(image: str) -> Iterator[str]:
     _docker("run", "-d", "--rm", "--name", name, "--network", "none", "--user", AGENT_USER,
             "--workdir", "/workspace", "--entrypoint", "sleep", image, "infinity")
     try:
+        _docker("exec", "-u", AGENT_USER, name, "mkdir", "-p", "-m", "700", AGENT_HOME)
         yield name
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
@@ -80,12 +83,17 @@ def imported_by_pytest(name: str) -> frozenset[str]:
 def exec_pytest(name: str, args: Sequence[str] = (), root: str = "/workspace",
                 timeout: float = 600, env: Mapping[str, str] | None = None,
                 ) -> tuple[int, float, str]:
-    """`python3 -m pytest ARGS` in `root`, the whole process timed: (exit code, wall s, output)."""
-    env_args = [f"--env={key}={value}" for key, value in (env or {}).items()]
+    """`python3 -m pytest ARGS` in `root`, the whole process timed: (exit code, wall s, output).
+
+    It runs with the suite environment the agent's terminal and the grade have
+    (`sandboxes.environment`) and HOME an empty directory, `env` laid over them."""
+    merged = {**suite_environment(), "HOME": AGENT_HOME, **(env or {})}
+    env_args = [f"--env={key}={value}" for key, value in merged.items()]
+    unset = [word for key in unset_variables() if key not in merged for word in ("-u", key)]
     started = time.perf_counter()
     done = subprocess.run(
         ["docker", "exec", "-u", AGENT_USER, "-w", root, *env_args, name,
-         "python3", "-m", "pytest", *args],
+         "env", *unset, "python3", "-m", "pytest", *args],
         capture_output=True, timeout=timeout,
     )
     wall = time.perf_counter() - started
@@ -174,10 +182,10 @@ def run_plain(image: str, files: Mapping[str, bytes], ini: str | None,
         files["pytest.ini"] = ini.encode()
     with container(image) as name:
         put_files(name, files)
-        # a fixed string-hash seed, as the grader's harness has: test ids that follow a set's
-        # iteration order (a parametrize over a set) are then the same in both
+        # the suite environment, as the grader's harness has (a fixed string-hash seed among
+        # it: test ids that follow a set's iteration order are then the same in both)
         code, wall, output = exec_pytest(name, [f"--report-log={REPORT}", *args],
-                                         timeout=timeout, env={"PYTHONHASHSEED": "0"})
+                                         timeout=timeout)
         try:
             log = _docker("exec", name, "cat", REPORT).decode().splitlines()
         except RuntimeError:  # pytest stopped before writing one (a usage error): no outcome

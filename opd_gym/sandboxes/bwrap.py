@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym.sandboxes.base import SandboxUnavailable, size_bytes
+from opd_gym.sandboxes.environment import AGENT_HOME, helper_environment
 from opd_gym.sandboxes.helper import HelperSandbox, PipeTransport, Transport, helper_source
 from opd_gym.sandboxes.image import rootfs_dir
 
@@ -91,7 +92,7 @@ class BwrapSandbox(HelperSandbox):
             args += ["--size", str(self.workspace_size), "--tmpfs", self.workspace]
         else:
             args += ["--dir", self.workspace]
-        args += ["--chdir", self.workspace, "--setenv", "HOME", self.workspace]
+        args += ["--chdir", self.workspace]
         args += ["--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
         return args
 
@@ -114,7 +115,8 @@ class BwrapSandbox(HelperSandbox):
             self.workspace,
             "/tmp/.opd_state",
         ]
-        return PipeTransport(argv, env={"PATH": "/usr/bin:/bin"}, preexec_fn=self._limits)
+        env = {"PATH": "/usr/bin:/bin", **helper_environment(AGENT_HOME)}
+        return PipeTransport(argv, env=env, preexec_fn=self._limits)
 
     def _teardown(self) -> None:
         """Nothing to remove: the namespaces and tmpfs vanish with the bwrap process."""

@@ -19,6 +19,7 @@ from opd_gym.sandboxes.base import (
     SandboxUnavailable,
     size_bytes,
 )
+from opd_gym.sandboxes.environment import AGENT_HOME, helper_environment
 from opd_gym.sandboxes.helper import (
     DockerExecTransport,
     HelperSandbox,
@@ -229,6 +230,7 @@ class DockerSandbox(HelperSandbox):
                     stderr=True,
                     user=cfg.helper_user,
                     workdir=cfg.workspace,
+                    environment=helper_environment(AGENT_HOME),
                 )["Id"]
                 raw = client.api.exec_start(exec_id, socket=True)
         except ImageNotFound:

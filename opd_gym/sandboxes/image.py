@@ -24,11 +24,11 @@ class ImageEngine(Protocol):
     def call(self) -> Any: ...
 
 
-DEFAULT_IMAGE = "opd-gym-sandbox:4"
+DEFAULT_IMAGE = "opd-gym-sandbox:5"
 
 # Bump both with any change to the image contents (sandbox/build_rootfs.sh,
 # sandbox/grading-requirements.txt, sandbox/Dockerfile): new tag, new cached rootfs.
-RECIPE_VERSION = "4"
+RECIPE_VERSION = "5"
 BASE_IMAGE = "python:3.12-slim"
 IMAGE_CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

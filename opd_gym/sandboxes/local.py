@@ -17,6 +17,7 @@ import sys
 import tempfile
 import warnings
 
+from opd_gym.sandboxes.environment import helper_environment
 from opd_gym.sandboxes.helper import HelperSandbox, PipeTransport, Transport, helper_source
 
 
@@ -60,7 +61,7 @@ class LocalSandbox(HelperSandbox):
         os.makedirs(self.workspace)
         env = {
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
-            "HOME": self.workspace,
+            **helper_environment(os.path.join(self._root, "home")),
         }
         argv = [sys.executable, "-I", "-c", helper_source(), self.workspace, state]
         return PipeTransport(argv, env=env, cwd=self.workspace, preexec_fn=self._limits)

@@ -16,6 +16,7 @@ import pytest
 
 from opd_gym.grading.launch import agent_uid, harness_request, run_harness, run_harness_here
 from opd_gym.sandboxes import SandboxError
+from opd_gym.sandboxes.environment import suite_environment
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -431,6 +432,7 @@ def test_the_request_builder_shapes_version_3():
         "version": 3, "workspace": "/workspace", "agent_uid": 1000, "timeout": 7.0,
         "ini": None, "args": ["tests/t.py"], "select": None, "doctests": {},
         "variants": [{"files": {"tests/t.py": "x"}}, {"files": {"tests/t.py": "y"}}],
+        "env": suite_environment(),  # the agent's terminal's (sandboxes.environment)
     }
     with_doctests = harness_request("/w", None, 7, [{}], None, ["pkg/m.py"],
                                     ["pkg/m.py::pkg.m.f"], {"pkg/m.py": "def f(): pass\n"})

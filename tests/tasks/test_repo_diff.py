@@ -232,7 +232,9 @@ def test_a_planted_git_config_is_never_run_by_the_diff(docker_pool, swe_task):
         assert "diff --git a/minicalc/core.py b/minicalc/core.py\n" in diff["text"]
         assert "+    middle = len(ordered) // 2\n" in diff["text"]
         assert "diff --git a/nested b/nested\nnew file mode 160000\n" in diff["text"]
-        assert "diff --git a/.gitconfig b/.gitconfig\nnew file mode" in diff["text"]
+        # the agent's HOME is outside the workspace (sandboxes.environment.AGENT_HOME): the
+        # ~/.gitconfig it planted is neither run nor part of its change
+        assert "b/.gitconfig" not in diff["text"]
         sandbox = pool.kept[0]  # the agent's sandbox, after the diff was taken in it
         found = sandbox.run("cat /tmp/pwned 2>&1; ls -a; echo END", timeout=30)
         assert "No such file" in found.output and found.output.endswith("END\n"), found.output
