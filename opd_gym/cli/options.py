@@ -219,8 +219,10 @@ def quiet(parser: argparse.ArgumentParser) -> None:
 
 
 def tokenizer(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tokenizer", help="tiny | hf:PATH: shows token text (Atropos exports "
-                        "need it for prompt ids)")
+    """`--tokenizer`: the policy's tokenizer, for what needs token ids read or checked."""
+    parser.add_argument("--tokenizer", help="tiny | smollm2 | hf:PATH: the policy's tokenizer "
+                        "(view and report show token text with it, Atropos exports need it for "
+                        "prompt ids, `serve --opd` checks clients' token ids against it)")
 
 
 def open_flag(parser: argparse.ArgumentParser) -> None:

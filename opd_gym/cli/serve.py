@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opd", action="store_true",
                         help="serve the OPD wrapper: records in info and in the rows")
     options.opd_options(parser)
+    options.tokenizer(parser)  # with --opd: clients' token_ids, logprobs, prompt_ids are exact
 
 
 def sandbox_backend(spec: str) -> str:
@@ -76,13 +77,14 @@ def config_from(args: argparse.Namespace):
         max_tool_output_chars=args.max_tool_output or None,
         tool_format=options.tool_format_name(args.tool_format, None),
         opd=args.opd, opd_options=opd_options, max_body_bytes=args.max_body,
-        grace=args.grace, verify_tasks=not args.no_verify,
+        grace=args.grace, verify_tasks=not args.no_verify, tokenizer=args.tokenizer,
         skip_unverifiable=args.skip_unverifiable).check()
     return dataclasses.replace(config, sandbox=sandbox_backend(args.sandbox))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until Ctrl-C; exit 0 after draining."""
+    """Serve until Ctrl-C (exit 130 after draining, as every command: `main` maps the
+    KeyboardInterrupt `serve` raises)."""
     from opd_gym.serve import OPENENV_PIN
 
     config = config_from(args)  # refused before anything starts

@@ -201,7 +201,23 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         ids = prompt_ids(tok, info["messages"], info.get("tools"))
         info["student_prompt"] = {"ids": ids, "text": tok.decode(ids, skip_special_tokens=False)}
 
+    def check_action(self, action: Any) -> None:
+        """Refuse a turn this wrapper could not score, before the env runs any of it (the
+        sandbox, the transcript and the turn count stay as they were): token ids from a
+        student whose tokenizer is unknown (ConfigError)."""
+        if not self.enabled or self._student_known:
+            return
+        from opd_gym.actions import to_model_output
+
+        if to_model_output(action).token_ids is not None:
+            raise ConfigError(
+                "the agent passed token ids but the student's tokenizer is unknown, so they "
+                "cannot be checked against the teacher's: pass student_tokenizer= (the "
+                "policy's: 'tiny', 'smollm2', 'hf:PATH' or a tokenizer object), or "
+                "student_tokenizer='unchecked' (every record then says ids_unchecked)")
+
     def step(self, action: Any):
+        self.check_action(action)  # before the env runs anything of the turn
         obs, reward, terminated, truncated, info = self.env.step(action)
         if not self.enabled:
             return obs, reward, terminated, truncated, info
@@ -210,12 +226,6 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
         sample = self._sample_turn(info)
         sample = replace(sample, extends_previous=extends_previous(self._previous, sample))
         self._previous = sample
-        if sample.token_ids is not None and not self._student_known:
-            raise ConfigError(
-                "the agent passed token ids but the student's tokenizer is unknown, so they "
-                "cannot be checked against the teacher's: pass student_tokenizer= (the "
-                "policy's: 'tiny', 'smollm2', 'hf:PATH' or a tokenizer object), or "
-                "student_tokenizer='unchecked' (every record then says ids_unchecked)")
         if self.delivery == "per_step" and not self.async_scoring:
             record = scorer.score([scorer.judge_one(sample)])[0]
             self._episode.append(record)

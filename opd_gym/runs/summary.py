@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opd_gym.opd.metrics import OPDMetrics
+from opd_gym.opd.metrics import OPDMetrics, current_names
 from opd_gym.records.rows import EpisodeRow, as_float
 
 
@@ -127,6 +127,7 @@ class RunSummary:
             ("hint rate", f"{self.hint_rate:.0%} of {self.turns_scored} scored turns"
              if self.turns_scored else "n/a (no scored turn)"),
             *([("turns scored", scoring_text(self.metrics))] if self.turns_recorded else []),
+            *([("hinted turns", hinted_text(self.metrics))] if self.turns_scored else []),
             ("tokens scored", str(self.tokens_scored)),
             ("time", f"{self.seconds:.1f} s"),
         ]
@@ -157,6 +158,21 @@ def scoring_text(metrics: OPDMetrics) -> str:
         text += f"; unscored {unscored} (" + ", ".join(
             f"{reason.replace('_', ' ')}: {count}" for reason, count in reasons) + ")"
     return text
+
+
+def hinted_text(metrics: OPDMetrics) -> str:
+    """The scored turns that got a hint, where the teaching signal is: their count, mean
+    teacher - student gap and top-1 mismatch (e.g. "2, gap +0.4130 nats, top-1 mismatch
+    61.0%"); a figure that cannot exist says why."""
+    numbers = metrics.summary()
+    gap = numbers["opd/hinted/mean_teacher_minus_student"]
+    miss = numbers["opd/hinted/top1_mismatch"]
+    if not metrics.hints:
+        return "0 (no scored turn got a hint)"
+    gap_text = f"gap {gap:+.4f} nats" if math.isfinite(gap) else "gap n/a (no student logprobs)"
+    miss_text = (f"top-1 mismatch {miss:.1%}" if math.isfinite(miss)
+                 else "top-1 mismatch n/a (topk 0)")
+    return f"{metrics.hints}, {gap_text}, {miss_text}"
 
 
 def opd_footing_rows(metrics: OPDMetrics) -> list[tuple[str, str]]:
@@ -222,7 +238,7 @@ def group_stats(rows: Sequence[EpisodeRow], repeat: int) -> dict[str, Any]:
 
 def episode_metrics(row: EpisodeRow, summary: RunSummary) -> dict[str, float]:
     """Per-episode metrics under hermes-compatible and our names, plus running rates."""
-    out = {k: float(v) for k, v in (row.opd_metrics or {}).items()
+    out = {k: float(v) for k, v in current_names(row.opd_metrics or {}).items()
            if as_float(v) is not None}  # a metric with no value (stored as null) is left out
     out["train/reward"] = float(sum(r for r in map(as_float, row.rewards) if r is not None))
     out["train/passed"] = float(bool(row.passed))
@@ -231,4 +247,5 @@ def episode_metrics(row: EpisodeRow, summary: RunSummary) -> dict[str, float]:
     return out
 
 
-__all__ = ["RunSummary", "episode_metrics", "group_stats", "pass_at_k", "scoring_text"]
+__all__ = ["RunSummary", "episode_metrics", "group_stats", "hinted_text", "pass_at_k",
+           "scoring_text"]

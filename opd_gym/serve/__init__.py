@@ -26,6 +26,10 @@ _LAZY = {
     "build_app": "opd_gym.serve.app",
     "ServerThread": "opd_gym.serve.server",
     "serve": "opd_gym.serve.server",
+    "Sampled": "opd_gym.serve.client",
+    "TurnSequence": "opd_gym.serve.client",
+    "play_episode": "opd_gym.serve.client",
+    "rollout_func": "opd_gym.serve.client",
 }
 
 __all__ = ["OPENENV_PIN", *_LAZY]

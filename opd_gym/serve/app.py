@@ -13,7 +13,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 
 from opd_gym.errors import OPDGymError
 from opd_gym.serve.environment import CodingEnvironment
-from opd_gym.serve.guard import RequestGuard
+from opd_gym.serve.guard import DetailedErrors, RequestGuard
 from opd_gym.serve.models import CodingAction, CodingObservation
 from opd_gym.serve.runtime import ServeRuntime
 from opd_gym.serve.sessions import SessionServer
@@ -39,7 +39,7 @@ def build_app(runtime: ServeRuntime) -> tuple[Any, FastAPI, SessionServer]:
         """An opd_gym refusal on the HTTP routes: 409 with the one-line reason, not a 500."""
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
-    guarded = RequestGuard(app, token=runtime.config.token,
+    guarded = RequestGuard(DetailedErrors(app), token=runtime.config.token,
                            max_body_bytes=runtime.config.max_body_bytes)
     return guarded, app, server
 

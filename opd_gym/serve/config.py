@@ -47,6 +47,7 @@ class ServeConfig:
     grace: float = 30.0  # after Ctrl-C, seconds sessions may take to finish
     verify_tasks: bool = True  # a session's reset refuses a task no grade can vouch for
     skip_unverifiable: bool = False  # ... or draws another one (a task asked for by id: refused)
+    tokenizer: str | None = None  # with opd: the student's tokenizer (tiny, smollm2, hf:PATH)
 
     def check(self) -> ServeConfig:
         """Refuse a public bind without a token and nonsensical limits; returns self."""
@@ -63,6 +64,17 @@ class ServeConfig:
             raise ServeConfigError("idle_timeout must be > 0, grace and pool_size >= 0")
         if not 0 <= int(self.port) <= 65535:
             raise ServeConfigError(f"port {self.port} is not a TCP port")
+        if self.tokenizer is not None and not self.opd:
+            raise ServeConfigError("--tokenizer names the student's tokenizer for the OPD "
+                                   "teacher: it takes --opd (without it no token id is scored)")
+        if self.tokenizer is not None:
+            from opd_gym import specs
+            from opd_gym.errors import OPDGymError
+
+            try:
+                specs.parse("tokenizer", self.tokenizer)
+            except OPDGymError as exc:
+                raise ServeConfigError(f"--tokenizer: {exc}") from None
         return self
 
     def run_dir(self) -> str:

@@ -78,7 +78,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             text, info = self._stack.reset(seed=seed, options=options)
             self._state = CodingState(episode_id=episode_id or str(uuid.uuid4()), step_count=0,
                                       task_id=info.get("task_id"), seed=seed, episode=number)
-            return CodingObservation(text=text, info=jsonable(info))
+            return CodingObservation(text=reset_text(text, info), info=jsonable(info))
 
     def step(self, action: CodingAction, timeout_s: float | None = None,
              **kwargs: Any) -> CodingObservation:
@@ -88,6 +88,7 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             if self._stack is None or self._state.done or self._state.task_id is None:
                 raise ServeError("no episode in progress: send reset before step")
             output = self._output(action)
+            self._check_turn(action, output)  # a refused turn runs nothing, counts nothing
             text, reward, terminated, truncated, info = self._stack.step(output)
             done = bool(terminated or truncated)
             self._state.step_count += 1
@@ -119,9 +120,10 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
             stopping = interrupted or self.runtime.stopping
             self._closed = ("the server stopped" if stopping else
                             f"idle over {self.runtime.config.idle_timeout:g} s, or its client left")
-            try:
-                self._flush_unfinished(f"{self._closed} before the episode ended",
-                                       interrupted=True)
+            try:  # only a shutdown interrupts: a client that left ended its own episode
+                if self._flush_unfinished(f"{self._closed} before the episode ended",
+                                          interrupted=stopping) and stopping:
+                    self.runtime.note_interrupted()
             finally:
                 stack, self._stack = self._stack, None
                 if stack is not None:
@@ -148,15 +150,64 @@ class CodingEnvironment(Environment[CodingAction, CodingObservation, CodingState
         fmt = self._stack.unwrapped.tool_format
         return fmt.format_calls([(call.name, call.arguments) for call in action.tool_calls or []])
 
-    def _flush_unfinished(self, why: str, interrupted: bool = False) -> None:
-        """The row of an episode left before its end (if a step was taken): not finished."""
+    def _check_turn(self, action: CodingAction, output: str) -> None:
+        """Refuse a turn that could not be taken whole, before the env runs any of it (its
+        commands, its transcript entry, the step counters): token ids no tokenizer vouches
+        for, ids outside the student's vocabulary, whatever the OPD wrapper would refuse."""
+        runtime = self.runtime
+        exact = action.token_ids is not None
+        if exact and runtime.opd is not None and runtime.student_tokenizer is None:
+            raise ServeError(
+                "token_ids need the student's tokenizer to be checked against the teacher's: "
+                "start the server with --opd --tokenizer SPEC (tiny, smollm2, hf:PATH: the "
+                "policy's), or send the text alone (its records are then retokenized)")
+        for name, ids in (("token_ids", action.token_ids), ("prompt_ids", action.prompt_ids)):
+            if ids is not None:
+                _check_ids(name, ids, runtime.student_tokenizer, runtime.config.tokenizer)
+        if action.topk_ids is not None:
+            widths = {len(row) for row in action.topk_ids}
+            if len(widths) > 1:
+                raise ServeError(f"topk_ids rows have {len(widths)} different widths "
+                                 f"({sorted(widths)}); give each position the same K")
+            for position, row in enumerate(action.topk_ids):
+                _check_ids(f"topk_ids[{position}]", row, runtime.student_tokenizer,
+                           runtime.config.tokenizer)
+        layer = self._stack
+        while layer is not None:  # every wrapper's own pre-step check (OPDWrapper's)
+            check = getattr(type(layer), "check_action", None)
+            if callable(check):
+                layer.check_action(output)
+            layer = getattr(layer, "env", None)
+
+    def _flush_unfinished(self, why: str, interrupted: bool = False) -> bool:
+        """The row of an episode left before its end (if a step was taken): not finished;
+        whether one was written."""
         if self._stack is None or self._state.done or self._state.task_id is None:
-            return
+            return False
         row = unfinished_row(self._stack, self._state.episode or 0, why=why,
                              interrupted=interrupted)
         self._state.done = True
         if row is not None:
             self.runtime.record(row)
+        return row is not None
+
+
+def _check_ids(name: str, ids: list[int], tokenizer: Any, spec: str | None) -> None:
+    """Refuse negative ids, and with the student's tokenizer ids outside its vocabulary."""
+    size = len(tokenizer) if tokenizer is not None else None
+    for position, token in enumerate(ids):
+        if token < 0 or (size is not None and token >= size):
+            bound = f"0..{size - 1} (the vocabulary of --tokenizer {spec})" if size else ">= 0"
+            raise ServeError(f"{name}[{position}] is {token}: a token id must be in {bound}")
+
+
+def reset_text(prompt: str, info: dict[str, Any]) -> str:
+    """The text a reset answers with: the system prompt (the tools and how to call them, in
+    the env's tool-call format) before the task prompt, as `info["messages"]` holds them, so
+    a client that prompts with the text alone is told how to call a tool."""
+    messages = info.get("messages") or []
+    system = next((m.get("content") for m in messages if m.get("role") == "system"), None)
+    return f"{system}\n\n{prompt}" if system else prompt
 
 
 def _version() -> str:

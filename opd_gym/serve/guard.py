@@ -118,6 +118,50 @@ class RequestGuard:
                 await _json(send, 413, {"detail": f"request body over {limit} bytes"})
 
 
+class DetailedErrors:
+    """Put a validation error's detail into its `message`: OpenEnv answers a malformed step
+    with the message "Invalid message" and the reasons apart in `errors`, and its own client
+    shows only the message ("Server error: Invalid message"). The `errors` list stays."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, rewriting the WebSocket error answers it sends."""
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def detailed(message: Message) -> None:
+            text = message.get("text") if message["type"] == "websocket.send" else None
+            if isinstance(text, str) and text.startswith('{"type":"error"'):
+                message = {**message, "text": with_detail(text)}
+            await send(message)
+
+        await self.app(scope, receive, detailed)
+
+
+def with_detail(text: str) -> str:
+    """An OpenEnv error answer (JSON) whose `errors` are spelled out in its `message`."""
+    try:
+        answer = json.loads(text)
+        data = answer["data"]
+        errors = data["errors"]
+    except (ValueError, KeyError, TypeError):
+        return text
+    if not isinstance(errors, list) or not errors:
+        return text
+    parts = []
+    for error in errors[:5]:
+        if not isinstance(error, dict):
+            continue
+        where = ".".join(str(part) for part in error.get("loc") or ())
+        parts.append(f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", "")))
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    data["message"] = f"{data.get('message') or 'Invalid message'}: {'; '.join(parts)}{more}"
+    return json.dumps(answer)
+
+
 async def _json(send: Send, status: int, body: dict[str, Any],
                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """Answer with a small JSON body (the refusals, sent before any route runs)."""
@@ -128,4 +172,4 @@ async def _json(send: Send, status: int, body: dict[str, Any],
     await send({"type": "http.response.body", "body": data})
 
 
-__all__ = ["RequestGuard", "presented_token"]
+__all__ = ["DetailedErrors", "RequestGuard", "presented_token", "with_detail"]

@@ -19,6 +19,26 @@ from opd_gym.serve.config import ServeConfig
 from opd_gym.tasks.resolve import resolve_tasks
 
 
+def served_opd_options(config: ServeConfig) -> dict[str, Any]:
+    """The OPD options of the run (config.json records them), with `--tokenizer` as the
+    student's tokenizer when one is named."""
+    options = dict(config.opd_options)
+    if config.tokenizer is not None:
+        options["student_tokenizer"] = config.tokenizer
+    return options
+
+
+def student_tokenizer(spec: str, opd: Any) -> Any:
+    """The student's tokenizer `spec` names, loaded once for every session and checked
+    against the teacher's now (a mismatch refuses the server's start: ConfigError)."""
+    from opd_gym.opd.chat import check_tokenizers
+
+    tokenizer = specs.tokenizer(spec)
+    check_tokenizers(tokenizer, opd.teacher.tokenizer, student_name=f"(--tokenizer {spec})",
+                     teacher_name=f"(teacher {getattr(opd.teacher, 'name', '') or ''})")
+    return tokenizer
+
+
 class ServeRuntime:
     """Shared state of a server: sessions build their env stacks here and hand rows back."""
 
@@ -27,7 +47,7 @@ class ServeRuntime:
         self.rollout = RolloutConfig(
             out_dir=config.run_dir(), episodes=0, tasks=config.tasks, sandbox=config.sandbox,
             parallel=config.max_sessions, max_turns=config.max_turns, opd=config.opd,
-            opd_options=dict(config.opd_options), tool_format=config.tool_format,
+            opd_options=served_opd_options(config), tool_format=config.tool_format,
             max_tool_output_chars=config.max_tool_output_chars,
             verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable)
         self.tasks = resolve_tasks(config.tasks)
@@ -39,9 +59,17 @@ class ServeRuntime:
         self.sink = RowSink(self.run)
         self._owned: list[Any] = []
         self.opd = None
+        self.student_tokenizer: Any = None  # `--tokenizer`: clients' token ids are checked
         if config.opd:
             self.opd, teacher = load_teacher(opd_config(self.rollout))
             self._owned.append(teacher)
+            if config.tokenizer is not None:
+                try:
+                    self.student_tokenizer = student_tokenizer(config.tokenizer, self.opd)
+                except BaseException:
+                    close_quietly(teacher)
+                    raise
+                self.opd = self.opd.replace(student_tokenizer=self.student_tokenizer)
         self.pool = specs.make_pool(config.sandbox, size=config.pool_size,
                                     workers=max(2, min(config.pool_size, 8)))
         self.grader = Grader(self.pool)
@@ -51,6 +79,7 @@ class ServeRuntime:
         self.started = time.perf_counter()
         self.closed = False
         self.stopping = False  # set when shutdown begins (sessions closed then: interrupted)
+        self.interrupted_sessions = 0  # episodes a shutdown cut short (their rows: interrupted)
 
     def env_stack(self) -> Any:
         """A fresh recorder -> (OPD wrapper) -> coding env on the shared pool and grader."""
@@ -78,6 +107,11 @@ class ServeRuntime:
                 raise ServeError("the server is shutting down: no new sessions")
             self._live.add(env)
 
+    def note_interrupted(self) -> None:
+        """Count an episode the shutdown cut short (the summary says the run was interrupted)."""
+        with self._lock:
+            self.interrupted_sessions += 1
+
     def detach(self, env: Any) -> None:
         """Forget a closed session environment."""
         with self._lock:
@@ -104,7 +138,8 @@ class ServeRuntime:
         summary = RunSummary.of_rows(
             self.run.episodes(), failures=self.sink.failures,
             config={**plain_config(self.rollout), "served": True},
-            seconds=time.perf_counter() - self.started, interrupted=bool(live))
+            seconds=time.perf_counter() - self.started,
+            interrupted=bool(self.interrupted_sessions))
         self.run.write_summary(summary.to_dict())
         return summary
 

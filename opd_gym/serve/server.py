@@ -113,7 +113,9 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def serve(config: ServeConfig) -> RunSummary:
-    """Serve until Ctrl-C (or SIGTERM); drain, close everything, return the summary."""
+    """Serve until Ctrl-C (or SIGTERM); drain, close everything, write the summary, then
+    raise KeyboardInterrupt (the CLI exits 130). Returns the summary when the server stopped
+    without a signal (`should_exit` set from another thread)."""
     from opd_gym.serve.app import build_app
 
     runtime = ServeRuntime(config)
@@ -134,6 +136,12 @@ def serve(config: ServeConfig) -> RunSummary:
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
+        # uvicorn re-raises the signal inside asyncio.run, whose own SIGINT handler may
+        # swallow it when the server's task is already finishing: the exit status (130)
+        # would depend on that race, so a signal that stopped the server is raised here
+        # (as RecordingProxy.serve_forever does)
+        if getattr(server, "_captured_signals", None):
+            raise KeyboardInterrupt
     finally:
         summary = runtime.close()
         print(f"opd-gym serve: stopped; {summary.episodes} episode(s) played, rows in "

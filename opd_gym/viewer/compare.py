@@ -42,6 +42,10 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def _count(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
 def _opd(key: str) -> Callable[[RunSummary], float | None]:
     def read(stats: RunSummary) -> float | None:
         if not stats.turns_scored:
@@ -60,7 +64,11 @@ METRICS: list[tuple[str, Callable[[RunSummary], Any], Callable[[Any], str], int]
     ("turns scored", lambda s: s.turns_scored, str, 0),
     ("tokens scored", lambda s: s.tokens_scored, str, 0),
     ("teacher - student (nats)", _opd("opd/mean_teacher_minus_student"), _num, 0),
-    ("KL estimate (nats)", _opd("opd/kl_estimate"), _num, 0),
+    ("KL, k3 estimate (nats)", _opd("opd/kl_k3"), _num, 0),
+    ("hinted turns", _opd("opd/hinted/turns"), _count, 0),
+    ("hinted: teacher - student (nats)", _opd("opd/hinted/mean_teacher_minus_student"), _num,
+     0),
+    ("hinted: top-1 mismatch", _opd("opd/hinted/top1_mismatch"), _rate, 0),
     ("interrupted", lambda s: s.interrupted_episodes, str, 0),
     ("infra errors", lambda s: s.infra_errors, str, 0),
     ("unfinished", lambda s: s.unfinished, str, 0),

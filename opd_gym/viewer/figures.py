@@ -45,7 +45,10 @@ ALWAYS_SHOWN = {"rows", "episodes", "pass_rate", "mean_reward", "mean_turns", "h
 # summary.json keys that are the run's own numbers (recomputed here), never shown from the file
 SUMMARY_KEYS = {"skipped", "passed", "reward_sum", "failures", "config", "interrupted",
                 "groups", "opd", "finished"}
-NEEDS_STUDENT = {"top1_mismatch", "topk_mass", "mean_teacher_minus_student", "kl_estimate"}
+NEEDS_STUDENT = {"top1_mismatch", "topk_mass", "mean_teacher_minus_student", "kl_k3",
+                 "log_ratio_k1", "hinted/mean_teacher_minus_student", "hinted/top1_mismatch"}
+GAP_KEYS = ("kl_k3", "log_ratio_k1", "mean_teacher_minus_student",
+            "hinted/mean_teacher_minus_student")  # from student logprobs: may be forced
 OPD_FIGURES: dict[str, tuple[str, str, str]] = {
     "turns_scored": ("Turns scored", "assistant turns the teacher scored", "count"),
     "hint_rate": ("Hint rate", "scored turns with a judge hint", "rate"),
@@ -53,10 +56,19 @@ OPD_FIGURES: dict[str, tuple[str, str, str]] = {
     "tokens_scored": ("Tokens scored", "student tokens with a teacher logprob", "count"),
     "mean_teacher_minus_student": ("Teacher − student", "mean logprob gap per token (nats)",
                                    "nats"),
-    "kl_estimate": ("KL estimate", "student‖teacher per token, sampled estimate (nats)",
-                    "number"),
+    "kl_k3": ("KL (k3)", "KL(student‖teacher) per token, k3 estimate on sampled tokens: "
+              "mean of e^r − 1 − r, r = teacher − student logprob; never negative (nats)",
+              "number"),
+    "log_ratio_k1": ("Log ratio (k1)", "mean student − teacher logprob per token, sampled "
+                     "estimate; may be negative, unlike a KL (nats)", "nats"),
     "top1_mismatch": ("Top-1 mismatch", "tokens the teacher would not have picked first", "rate"),
     "topk_mass": ("Top-K mass", "teacher probability inside its top-K", "rate"),
+    "hinted/turns": ("Hinted turns", "scored turns that got a judge hint: where the "
+                     "teaching signal is", "count"),
+    "hinted/mean_teacher_minus_student": ("Hinted: teacher − student", "mean logprob gap "
+                                          "per token over hinted turns only (nats)", "nats"),
+    "hinted/top1_mismatch": ("Hinted: top-1 mismatch", "tokens of hinted turns the teacher "
+                             "would not have picked first", "rate"),
     "copy_rate": ("Copy rate", "scored tokens copied from the hint", "rate"),
     "copied_tokens": ("Copied tokens", "tokens copied verbatim from the hint", "count"),
 }
@@ -136,6 +148,8 @@ def _why_missing(key: str, opd: dict[str, Any], gaps: np.ndarray) -> str:
         return "OPD was off for this run (no teacher scoring)"
     if not tokens:
         return "no token was scored (OPD off, or no turn reached the teacher)"
+    if key.startswith("hinted/") and not as_float(opd.get("opd/hinted/turns")):
+        return "no scored turn got a hint (the judge found nothing to teach)"
     if key in NEEDS_STUDENT and gaps.size == 0:
         return "needs student logprobs; the policy gave none (e.g. a scripted or replayed policy)"
     if key in NEEDS_STUDENT:
@@ -177,8 +191,9 @@ def metric_figures(run: Run) -> str:
     forced = forced_source(run.episodes) is not None
     opd_cards = []
     for key, (label, description, kind) in OPD_FIGURES.items():
-        if forced and key in ("kl_estimate", "mean_teacher_minus_student"):
-            description = description.replace(", sampled estimate", "") + f"; {FORCED_NOTE}"
+        if forced and key in GAP_KEYS:
+            description = (description.replace(" on sampled tokens", "")
+                           .replace(", sampled estimate", "") + f"; {FORCED_NOTE}")
         full = f"opd/{key}"
         value = as_float(opd.get(full)) if opd else None
         if key in NEEDS_STUDENT and gaps.size == 0:

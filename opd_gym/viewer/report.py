@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from opd_gym.opd.metrics import current_names
 from opd_gym.viewer.assets import PAGE, SCRIPT, STYLE, bucket_css
 from opd_gym.viewer.conversation import render_conversation, turn_failed
 from opd_gym.viewer.figures import FIGURE_STYLE, charts, config_table, metric_figures
@@ -264,7 +265,7 @@ def _episode(ep: Episode, names: TokenNames, budget: TokenBudget, *,
     body.append(render_conversation(ep, records, names, budget))
     body.append(render_diff(row.diff))
     body.append(_grade(ep.grade))
-    metrics = row.opd_metrics or {}
+    metrics = current_names(row.opd_metrics or {})  # an old row's k1 as the log ratio it is
     if metrics:
         chips = "".join(chip(k.removeprefix("opd/"), _or_na(as_float(v)))
                         for k, v in metrics.items())

@@ -74,7 +74,8 @@ def test_forced_student_logprobs_match_an_independent_forward_pass(tiny_model, t
     hinted = records[1]
     assert np.abs(hinted.teacher_token_logprobs - hinted.student_logprobs)[hinted.mask].max() > 0
     metrics = OPDMetrics().episode(records)  # the report's KL and gap now have numbers
-    assert metrics["opd/kl_estimate"] != 0 and np.isfinite(metrics["opd/kl_estimate"])
+    assert metrics["opd/kl_k3"] > 0 and np.isfinite(metrics["opd/kl_k3"])  # k3: never < 0
+    assert metrics["opd/log_ratio_k1"] != 0 and np.isfinite(metrics["opd/log_ratio_k1"])
 
 
 def test_forced_student_needs_turn_scope_and_the_models_own_temperature():

@@ -132,3 +132,39 @@ def test_metrics_of_records_scored_with_topk_0():
     assert metrics["opd/tokens_scored"] == 2.0
     assert np.isnan(metrics["opd/top1_mismatch"]) and np.isnan(metrics["opd/topk_mass"])
     assert metrics["opd/mean_teacher_minus_student"] == pytest.approx((-0.25 + 0.5) / 2)
+
+
+def test_kl_is_k3_never_negative_and_k1_keeps_an_honest_name():
+    """Positions where the teacher likes the sampled token more than the student did give a
+    negative k1 (mean student - teacher); the KL figure is k3 (mean e^r - 1 - r, r = teacher
+    - student), which is never negative; an old run's `opd/kl_estimate` reads as k1."""
+    from opd_gym.opd.metrics import OPDMetrics, current_names
+
+    record = _record(student_logprobs=np.array([-1.0, -1.0, -2.5], np.float32))
+    metrics = OPDMetrics().episode([record])
+    r = np.array([-0.5 - -1.0, -2.0 - -2.5])  # teacher - student on the two masked positions
+    assert metrics["opd/log_ratio_k1"] == pytest.approx(-r.mean()) and metrics[
+        "opd/log_ratio_k1"] < 0
+    assert metrics["opd/kl_k3"] == pytest.approx(np.mean(np.exp(r) - 1 - r))
+    assert metrics["opd/kl_k3"] > 0 and "opd/kl_estimate" not in metrics
+    old = current_names({"opd/kl_estimate": -3.7e-4, "opd/hint_rate": 0.5})
+    assert old == {"opd/log_ratio_k1": -3.7e-4, "opd/hint_rate": 0.5}
+
+
+def test_hinted_turn_figures_count_only_turns_with_a_hint():
+    """`opd/hinted/*`: the count, gap and top-1 mismatch over the scored turns with a hint,
+    leaving out the unhinted turns that dilute the run-wide figures."""
+    from opd_gym.opd.metrics import OPDMetrics
+
+    hinted = _record()  # gap (-0.5 + 0.25, -2.0 + 2.5) = (-0.25, +0.5); top-1 misses 1 of 2
+    plain = _record(hint=None, votes=[], student_logprobs=np.array([-3.0, -1.0, -4.0],
+                                                                   np.float32),
+                    teacher_topk_ids=np.array([[5, 9, -1], [-1, -1, -1], [7, 3, 1]], np.int32))
+    metrics = OPDMetrics().episode([hinted, plain, plain])
+    assert metrics["opd/hinted/turns"] == 1.0 and metrics["opd/turns_scored"] == 3.0
+    assert metrics["opd/hinted/mean_teacher_minus_student"] == pytest.approx(0.125)
+    assert metrics["opd/hinted/top1_mismatch"] == pytest.approx(0.5)
+    assert metrics["opd/top1_mismatch"] == pytest.approx(1 / 6)  # run-wide: diluted
+    none = OPDMetrics().episode([plain])
+    assert none["opd/hinted/turns"] == 0.0
+    assert np.isnan(none["opd/hinted/mean_teacher_minus_student"])

@@ -212,6 +212,7 @@ def test_smollm2_student_and_tiny_teacher_refused_both_ways_in_the_api(tiny_mode
 def test_unknown_student_tokenizer_refuses_token_ids_unless_unchecked(teacher, tiny_model_path):
     """Token ids from an agent whose tokenizer nobody named are refused; 'unchecked' opts out
     and every record says so; a text-only agent needs nothing (the teacher tokenizes it)."""
+    from opd_gym.actions import TokenText
     from opd_gym.errors import ConfigError
 
     agent = TransformersPolicy(tiny_model_path, max_new_tokens=8, seed=0)
@@ -219,6 +220,14 @@ def test_unknown_student_tokenizer_refuses_token_ids_unless_unchecked(teacher, t
     obs, info = env.reset(seed=0)
     with pytest.raises(ConfigError, match="student_tokenizer='unchecked'"):
         env.step(agent.act(obs, info))
+    # refused before the env ran any of it: no command, no transcript entry, no turn counted
+    touch = TokenText(format_tool_call("terminal", {"command": "touch refused.txt"}),
+                      token_ids=[5, 6, 7])
+    with pytest.raises(ConfigError, match="tokenizer is unknown"):
+        env.step(touch)
+    episode = env.unwrapped.episode
+    assert episode.turns == [] and len(episode.messages) == len(info["messages"])
+    assert "refused.txt" not in episode.sandbox.run("ls").output
     env.close()
     env = OPDWrapper(make_env(max_turns=2), teacher=teacher, judge=None, topk=3,
                      student_tokenizer="unchecked")

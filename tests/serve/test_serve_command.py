@@ -35,6 +35,47 @@ def test_public_bind_without_token_is_refused() -> None:
     assert "--token" in done.stderr and "exposes the server" in done.stderr
 
 
+def test_tokenizer_without_opd_or_unknown_is_refused() -> None:
+    """`--tokenizer` names the student's tokenizer for the OPD teacher: without `--opd`, or
+    an unknown spec, the server refuses to start (exit 2, one line)."""
+    for flags, said in ((["--tokenizer", "tiny"], "it takes --opd"),
+                        (["--opd", "--tokenizer", "vllm:http://x"], "unknown tokenizer")):
+        done = subprocess.run([*CLI, *flags], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def wait_up(proc: subprocess.Popen, url: str, headers: dict[str, str] | None = None,
+            timeout: float = 60) -> httpx.Response:
+    """The first answer of /health once the server accepts connections."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            return httpx.get(url + "/health", headers=headers, timeout=1)
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.2)
+
+
+def test_ctrl_c_exits_130_after_draining(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) on a real `opd-gym serve` process: it drains, writes summary.json and
+    exits 130, as every command does (uvicorn's re-raised signal alone could be swallowed)."""
+    port, out = free_port(), tmp_path / "run"
+    proc = subprocess.Popen([*CLI, "--port", str(port), "--out", str(out), "--sandbox", "local",
+                             "--pool-size", "1", "--grace", "2"], stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert wait_up(proc, f"http://127.0.0.1:{port}").status_code == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "stopped" in proc.stderr.read()
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 0
+
+
 @pytest.mark.docker
 def test_served_process_auth_opd_idle_and_ctrl_c(tmp_path: Path) -> None:
     port, out = free_port(), tmp_path / "run"
@@ -44,15 +85,7 @@ def test_served_process_auth_opd_idle_and_ctrl_c(tmp_path: Path) -> None:
          "--grace", "5"], stderr=subprocess.PIPE, text=True)
     url, authed = f"http://127.0.0.1:{port}", f"http://opd:{TOKEN}@127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:  # up once /health answers (refused without the token: 401)
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                answer = httpx.get(url + "/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.2)
+        answer = wait_up(proc, url)  # up once /health answers (refused without the token)
         assert answer.status_code == 401
         assert httpx.get(url + "/health", headers={"Authorization": f"Bearer {TOKEN}"}
                          ).status_code == 200
@@ -104,7 +137,7 @@ def test_served_process_auth_opd_idle_and_ctrl_c(tmp_path: Path) -> None:
 
         asyncio.run(left_open())
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=30) == 130
     finally:
         if proc.poll() is None:
             proc.kill()

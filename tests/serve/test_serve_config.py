@@ -58,6 +58,7 @@ def test_the_verify_flags_reach_the_sessions_run_config(tmp_path: Path) -> None:
     import argparse
 
     from opd_gym.serve.command import add_arguments, config_from
+
     from opd_gym.serve.runtime import ServeRuntime
 
     parser = argparse.ArgumentParser()

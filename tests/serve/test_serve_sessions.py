@@ -169,7 +169,59 @@ def test_protocol_errors(server) -> None:
     assert "unknown task_id 'no_such'" in answers[3]["data"]["message"]
     assert "colour" in answers[4]["data"]["message"]
     assert "exactly one of" in json.dumps(answers[7]["data"]["errors"])
+    assert "exactly one of" in answers[7]["data"]["message"]  # what a client shows
+    assert "bogus: Extra inputs are not permitted" in answers[6]["data"]["message"]
     assert "still-here" in answers[8]["data"]["observation"]["text"]
+
+
+def test_the_stock_client_shows_the_reason_and_the_reset_text_has_the_instructions(
+        server, tasks) -> None:
+    """openenv-core's client shows only an error's `message`: it carries the reason, not
+    "Invalid message"; the reset text is what a `gym.make` episode's system and user messages
+    say (the tool-call instructions, then the task), so a text-only client can call tools."""
+    task_id = sorted(tasks)[0]
+
+    async def main() -> tuple[Any, list[str]]:
+        shown = []
+        async with GenericEnvClient(base_url=server.url) as client:
+            result = await client.reset(seed=1, task_id=task_id)
+            for data in ({"text": "a", "tool_calls": []}, {"text": "a", "logprobs": [-1.0]},
+                         {"text": format_tool_call("terminal", {"command": "ls"}),
+                          "token_ids": [-3]}):
+                try:
+                    await client.step(data)
+                except RuntimeError as exc:
+                    shown.append(str(exc))
+        return result, shown
+
+    result, shown = run(main())
+    assert len(shown) == 3
+    assert "exactly one of 'text'" in shown[0] and "VALIDATION_ERROR" in shown[0]
+    assert "logprobs and topk_ids need token_ids" in shown[1]
+    assert "token_ids[0] is -3" in shown[2] and "EXECUTION_ERROR" in shown[2]
+    text = result.observation["text"]
+    system, user = result.observation["info"]["messages"][:2]
+    assert text == f"{system['content']}\n\n{user['content']}"
+    assert "Call a tool by writing" in text and "<tool_call>" in text
+    assert tasks[task_id].prompt.strip()[:60] in text
+
+
+def test_a_client_that_closes_cleanly_is_not_an_interruption(server, tasks) -> None:
+    """A client that leaves mid-episode with a clean close: its row is unfinished (it says
+    the client left) but not interrupted: only a server shutdown interrupts an episode."""
+    task_id = sorted(tasks)[0]
+
+    async def leave() -> int:
+        async with GenericEnvClient(base_url=server.url) as client:
+            await client.reset(seed=21, task_id=task_id)
+            await client.step({"text": demo_script(tasks[task_id])[0]})
+            return (await client.state())["episode"]
+
+    number = run(leave())
+    wait_until(lambda: server.runtime.live_sessions == 0, timeout=5)
+    [row] = [r for r in RunDirectory(server.runtime.run.root).episodes() if r.episode == number]
+    assert not row.finished and not row.interrupted and "client left" in row.extra["error"]
+    assert server.runtime.interrupted_sessions == 0
 
 
 def test_token_exact_turns_travel_and_misaligned_ones_are_refused(server) -> None:

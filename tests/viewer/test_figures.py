@@ -54,7 +54,7 @@ def test_na_reasons_without_student_logprobs_or_scoring(run_dir, tmp_path):
         kept.append(json.dumps(line))
     (scripted / "trajectories.jsonl").write_text("\n".join(kept) + "\n")
     page = write_report(scripted).read_text(encoding="utf-8")
-    value, why = figure(page, "KL estimate")
+    value, why = figure(page, "KL (k3)")
     assert value == "n/a" and "student logprobs" in why
     assert "n/a: no student logprobs in this run" in page
     assert figure(page, "Hint rate")[0] != "n/a"
@@ -84,7 +84,7 @@ def test_forced_student_logprobs_are_labelled_not_sampled(run_dir, tmp_path):
         lines.append(json.dumps(row))
     (forced / "trajectories.jsonl").write_text("\n".join(lines) + "\n")
     page = write_report(forced).read_text(encoding="utf-8")
-    value, note = figure(page, "KL estimate")
+    value, note = figure(page, "KL (k3)")
     assert value != "n/a" and "not sampled" in note and "sampled estimate" not in note
     assert "not sampled" in figure(page, "Teacher − student")[1]
     assert re.search(r'id="chart-gaps"><h3>[^<]*</h3><svg', page)
@@ -112,3 +112,34 @@ def test_report_with_figures_in_headless_chromium(run_dir, tiny_tokenizer, tmp_p
     assert len(re.findall(r"<svg", dom)) >= 3 and dom.count("<script") == 2
     assert np.isfinite([float(v) for v in re.findall(r'<div class="n">([-+0-9.]+)</div>', dom)
                         ]).all()
+
+
+def test_hinted_turn_figures_and_an_old_runs_k1_under_its_own_name(run_dir, tmp_path):
+    """The report adds the hinted turns' own figures (count, gap, top-1 mismatch), recounted
+    from the played rows' records as summary.json counts them; a row written with the old
+    `opd/kl_estimate` (k1) shows it as the log ratio, never as a KL."""
+    from opd_gym.runs.summary import hinted_text
+
+    stats = load_run(run_dir).stats
+    numbers = stats.metrics.summary()
+    assert stats.metrics.hints > 0  # the rule judge hinted the failing episode's turns
+    page = write_report(run_dir, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert figure(page, "Hinted turns")[0] == str(stats.metrics.hints)
+    miss = numbers["opd/hinted/top1_mismatch"]
+    assert figure(page, "Hinted: top-1 mismatch")[0] == f"{100 * miss:.1f}%"
+    assert figure(page, "KL (k3)")[0] == "n/a" or not figure(page, "KL (k3)")[0].startswith("-")
+    assert f"{stats.metrics.hints}, " in hinted_text(stats.metrics)
+    assert "hinted turns" in stats.table() and stats.to_dict()["opd"]["opd/hinted/turns"] == \
+        stats.metrics.hints
+
+    old = tmp_path / "old"
+    old.mkdir()
+    rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text()
+            .splitlines()]
+    for row in rows:
+        metrics = row.get("opd_metrics") or {}
+        metrics.pop("opd/kl_k3", None)
+        metrics["opd/kl_estimate"] = metrics.pop("opd/log_ratio_k1", -3.7e-4)
+    (old / "trajectories.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    page = write_report(old).read_text(encoding="utf-8")
+    assert "kl_estimate" not in page and "log_ratio_k1" in page
