@@ -58,7 +58,7 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
     mutation = Mutation(**record["mutation"])
     if mutation.path not in project.workspace:
         raise DatasetError(f"{project.name}: {mutation.path} is not in the project")
-    text, dropped = project.text_files()
+    text, binary = project.text_files()
     original = text[mutation.path]
     text[mutation.path] = mutation.apply(original)
     files, note = working_copy(project, text)
@@ -74,10 +74,13 @@ def build_task(project: Project, record: Mapping[str, Any]) -> Task:
         difficulty="hard",
         tags=("repo", "synthesized", project.name),
         metadata={"library": project.name, "version": project.version,
-                  "dropped_binaries": dropped, "difficulty": dict(level)},
+                  "difficulty": dict(level)},
         pytest_ini=project.ini,
         repo=RepoInfo(name=project.name, fail_to_pass=tuple(record["fail_to_pass"]),
                       pass_to_pass=tuple(record["pass_to_pass"]), synthesized=True),
+        # the project's files that are not UTF-8 text (data a suite reads: sqlparse's
+        # encoding tests), in the workspace and every grading run as they are
+        assets={path: project.workspace[path] for path in binary},
     )
 
 

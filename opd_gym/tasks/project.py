@@ -35,15 +35,16 @@ class Project:
     source: Mapping[str, str]
 
     def text_files(self) -> tuple[dict[str, str], list[str]]:
-        """The workspace as text, and the paths dropped because they are not UTF-8 text."""
+        """The workspace as text, and the paths left out of it because they are not UTF-8 text
+        (binary files: a task carries them as its assets)."""
         text: dict[str, str] = {}
-        dropped: list[str] = []
+        binary: list[str] = []
         for path, data in sorted(self.workspace.items()):
             try:
                 text[path] = data.decode("utf-8")
             except UnicodeDecodeError:
-                dropped.append(path)
-        return text, dropped
+                binary.append(path)
+        return text, binary
 
 
 def project_from_library(lib: Library) -> Project:

@@ -99,8 +99,9 @@ def environment(task: Task, cache_dir: Path | None = None) -> str | EnvironmentS
 def workspace_files(task: Task) -> dict[str, bytes]:
     """The repository task's workspace: its tree and `.git`, path -> bytes (cached).
 
-    The tree is `task.files` (for a real history, plus the base tree's files that are not
-    text, so `git status` starts clean); `.git` is built as the module docstring says.
+    The tree is `task.files` and the binary `task.assets` (for a real history, plus the base
+    tree's files that are not text, so `git status` starts clean); `.git` is built as the
+    module docstring says.
     """
     info = task.repo
     if info is None:
@@ -147,7 +148,9 @@ def _cache_key(task: Task, info: RepoInfo) -> str:
         # a commit id fixes its ancestry; a bundle file may be replaced, so its stat counts
         source = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}" if path.is_file() \
             else str(path.resolve())
-    blob = json.dumps([sorted(task.files.items()), source, info.base_commit], sort_keys=True)
+    assets = sorted((p, hashlib.sha256(d).hexdigest()) for p, d in task.assets.items())
+    blob = json.dumps([sorted(task.files.items()), assets, source, info.base_commit],
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -156,8 +159,8 @@ def _build(task: Task, info: RepoInfo) -> dict[str, bytes]:
         work = Path(tmp) / "work"
         work.mkdir()
         git(["init", "-q", "-b", BRANCH], work)
-        if info.history is None:
-            tree = {path: text.encode() for path, text in task.files.items()}
+        if info.history is None:  # the files, and the binary ones beside them (assets)
+            tree = {**task.assets, **{path: text.encode() for path, text in task.files.items()}}
             _commit_tree(work, tree)
         else:
             tree = _fetch_base(work, Path(tmp) / "staging", info, task.id)

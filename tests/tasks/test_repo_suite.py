@@ -320,3 +320,70 @@ def test_merge_adds_new_tasks_once_and_refuses_another_version(tmp_path):
     with pytest.raises(DatasetError, match="0.0.0"):
         merge([other], suite)
 
+
+
+def test_binary_data_files_are_in_the_workspace_and_the_grading_tree(tasks):
+    """sqlparse's suite reads two data files that are not UTF-8 (GBK and cp1251 SQL): each of
+    its tasks carries them as assets, byte for byte as in the sdist, and the repository
+    workspace commits them beside the text files (the grading tree takes assets too)."""
+    from opd_gym.grading.grader import select_files
+    from opd_gym.tasks.repo import workspace_files
+
+    chosen = [t for t in tasks if t.repo.name == "sqlparse"]
+    assert chosen
+    project = _project("sqlparse")
+    binary = {p: d for p, d in project.workspace.items() if not _is_utf8(d)}
+    assert {"tests/files/encoding_gbk.sql", "tests/files/test_cp1251.sql"} <= set(binary)
+    for task in chosen[:3]:
+        assert dict(task.assets) == binary, task.id
+        tree = workspace_files(task)
+        assert all(tree[p] == d for p, d in binary.items()), task.id
+        graded, _ = select_files(task, {**task.assets, **{p: t.encode() for p, t in
+                                                          task.files.items()}})
+        assert all(graded.get(p) == d for p, d in binary.items()), task.id
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.docker
+def test_the_agents_terminal_sees_what_the_grade_sees(tasks):
+    """Issue 56, point 3: with the gold fix written, the project's whole suite passes in the
+    agent's terminal (`python3 -m pytest`, and `python` is Python 3 there) exactly as it does
+    in the grade: termcolor's colour tests (which fail under TERM=dumb) and sqlparse's tests
+    of its GBK and cp1251 data files (not UTF-8) included, every test graded passing."""
+    import gymnasium as gym
+
+    from opd_gym.sandboxes import make_pool
+    from opd_gym.tools import format_tool_call
+
+    pool = make_pool("docker", size=2)
+    try:
+        for task in sample([t for t in tasks if t.repo.name in ("termcolor", "sqlparse")], 1):
+            env = gym.make("opd_gym/Coding-v0", tasks=[task], sandbox=pool, max_turns=3)
+            try:
+                env.reset(seed=0)
+                (path, text), = task.solution.items()
+                env.step(format_tool_call("write_file", {"path": path, "content": text}))
+                *_, ran = env.step(format_tool_call("terminal", {"command": (
+                    "python -V; python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -1")}))
+                *_, gold = env.step(format_tool_call("submit", {}))
+            finally:
+                env.close()
+            output = ran["messages"][-1]["content"]
+            assert "Python 3" in output and " passed" in output, (task.id, output)
+            assert " failed" not in output and " error" not in output, (task.id, output)
+            grade = gold["grade"]
+            assert gold["reward_breakdown"]["correctness"] == 1.0, (task.id, grade)
+            assert grade["failed"] == grade["errors"] == 0, (task.id, grade)
+            assert grade["passed"] == len(task.test_ids), (task.id, grade)
+            if task.repo.name == "sqlparse":
+                names = {t["name"] for t in grade["tests"] if t["outcome"] == "passed"}
+                assert any("encoding" in n or "cp1251" in n for n in names), task.id
+    finally:
+        pool.close()
