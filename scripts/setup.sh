@@ -85,6 +85,9 @@ if [ "$(cat "$wheels/.requirements.sha256" 2>/dev/null)" != "$(sha256sum < "$req
   sha256sum < "$reqs" > "$wheels/.requirements.sha256"
 fi
 "$VENV/bin/python" -m opd_gym.tasks.libraries
+# Which tests of each library can earn (grading.earning, a minute per machine, kept beside the
+# sdists): computed here, so the first load of the `repo` suite takes seconds.
+log "the repo suite: $("$VENV/bin/python" -c 'from opd_gym.tasks.repo_suite import load_repo_suite; print(len(load_repo_suite()))') tasks"
 
 # 5. The sandbox image (offline build when no registry answers; cached rootfs).
 OPD_GYM_SANDBOX_WHEELS=$wheels "$VENV/bin/opd-gym" sandbox build

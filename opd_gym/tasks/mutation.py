@@ -6,6 +6,7 @@ holds the original text). Finding mutations is authoring (`opd_gym.authoring.syn
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -69,7 +70,7 @@ class Mutation:
     def apply(self, text: str) -> str:
         """`text` with the mutation applied; DatasetError if a span does not hold its original."""
         data = text.encode("utf-8")
-        starts = _line_starts(data)
+        starts = _line_starts(data, max(s[2] for s in self.spans()))
         cuts: list[tuple[int, int, str]] = []
         for line, col, end_line, end_col, original, replacement in self.spans():
             if end_line > len(starts):
@@ -104,9 +105,8 @@ class Mutation:
         return sum(s[2] - s[0] + (s[3] > 0 or s[2] == s[0]) for s in self.spans())
 
 
-def _line_starts(data: bytes) -> list[int]:
-    starts = [0]
-    for i, byte in enumerate(data):
-        if byte == 10:
-            starts.append(i + 1)
-    return starts
+def _line_starts(data: bytes, upto: int | None = None) -> list[int]:
+    """The offset each line of `data` starts at (lines end at b"\\n", as ast counts them),
+    of its first `upto` lines only when given (a mutation near the top of a long file)."""
+    pieces = data.split(b"\n") if upto is None else data.split(b"\n", max(upto - 1, 0))
+    return [0, *itertools.accumulate(len(piece) + 1 for piece in pieces[:-1])]

@@ -12,11 +12,13 @@ installed pytest refuses (options of plugins the environment lacks, a newer `min
 from __future__ import annotations
 
 import configparser
+import functools
 import re
 import shlex
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from opd_gym.errors import DatasetError
 
@@ -94,8 +96,20 @@ def _from_ini(text: str, section: str, path: str) -> dict[str, str] | None:
     return {k: v.strip("\n") for k, v in parser.items(section)}
 
 
+_CONFIG_FILES = ("pytest.toml", ".pytest.toml", "pyproject.toml", *(n for n, _ in _INI_FILES))
+
+
 def read_pytest_config(files: Mapping[str, bytes | str]) -> PytestConfig:
-    """The pytest settings of a project root (`files`: relative path -> content)."""
+    """The pytest settings of a project root (`files`: relative path -> content). Read once
+    per content of its config files: every task of a repository suite asks again, and
+    parsing pyproject.toml is most of the cost of loading one."""
+    config = _read_config(tuple((n, files[n]) for n in _CONFIG_FILES if n in files))
+    return PytestConfig(config.ini, config.source, MappingProxyType(dict(config.options)))
+
+
+@functools.lru_cache(maxsize=256)
+def _read_config(found: tuple[tuple[str, bytes | str], ...]) -> PytestConfig:
+    files = dict(found)
     for name in ("pytest.toml", ".pytest.toml"):
         if name in files:
             data = tomllib.loads(_text(files[name], name))
