@@ -20,6 +20,14 @@ from dataclasses import asdict, dataclass, field
 MESSAGE_CHARS = 500
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 PASSING = ("passed", "xpassed")
+# gates whose test passed on the untouched starter: a failure of one is a regression, where
+# another gate's failure is a test the fix must make pass still failing (rules.RULES' names)
+REGRESSION_RULES = ("starter-passes",)
+
+
+def _names(names: list[str] | tuple[str, ...], at_most: int) -> str:
+    more = " ..." if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more
 
 
 @dataclass(frozen=True)
@@ -96,17 +104,29 @@ class GradeReport:
         return self.score == 1.0 and self.earned == self.earning > 0
 
     def summary(self) -> str:
-        """One line for the agent and logs, e.g. `Hidden tests: 4 of 5 passed.`."""
+        """One line for the agent and logs, e.g. `Hidden tests: 4 of 5 passed.`: what did not
+        pass, failing gates told apart (a regression of a test that passed before the change,
+        or a test the fix must make pass that earns nothing itself), neutral tests named as
+        such."""
         if self.reason:
             return f"Hidden tests: grading failed ({self.reason})."
         failing = [t.name for t in self.tests if t.outcome not in PASSING and not t.neutral]
         text = f"Hidden tests: {self.passed + self.xpassed} of {self.total} passed."
         if failing:
-            more = " ..." if len(failing) > 5 else ""
-            text += f" Not passed: {', '.join(failing[:5])}{more}."
-        if self.gates_failed:
-            text += (f" A test that must keep passing failed "
-                     f"({', '.join(self.gates_failed[:3])}): score 0.")
+            text += f" Not passed: {_names(failing, 5)}."
+        rules = {t.name: t.rule for t in self.tests}
+        regressions = [n for n in self.gates_failed if rules.get(n, "") in REGRESSION_RULES]
+        required = [n for n in self.gates_failed if n not in regressions]
+        if regressions:
+            text += (f" A test that passed before the change and must keep passing failed "
+                     f"({_names(regressions, 3)}): score 0.")
+        if required:
+            text += (f" A test the fix must make pass still fails ({_names(required, 3)}; it "
+                     f"earns nothing itself but gates the grade): score 0.")
+        neutral = [t.name for t in self.tests if t.neutral and t.outcome not in PASSING]
+        if neutral:
+            text += (f" Neutral, not counted (the reference solution does not pass them "
+                     f"either): {_names(neutral, 3)}.")
         return text
 
     def to_dict(self) -> dict[str, object]:

@@ -131,11 +131,15 @@ def test_gates_neutral_tests_and_tasks_without_earning_tests():
     assert report(["passed", "passed", "failed"], **gate).score == 0.5  # the gate earns nothing
     broken = report(["failed", "passed", "passed"], **gate)
     assert broken.score == 0.0 and broken.gates_failed == ("test_x::test_a",)
-    assert "must keep passing" in broken.summary()
+    assert "passed before the change and must keep passing" in broken.summary()
+    assert "must make pass" not in broken.summary()
     invalid = report(["passed", "failed", "passed"], invalid=frozenset(ids[1:2]))
     assert invalid.score == 0.0 and invalid.gates_failed == ("test_x::test_b",)
+    said = invalid.summary()  # a required test still failing is no regression
+    assert "must make pass still fails (test_x::test_b" in said and "passed before" not in said
     neutral = report(["skipped", "passed", "xfailed"], neutral=frozenset([ids[0], ids[2]]))
     assert neutral.score == 1.0 and neutral.earning == 1 and neutral.all_passed
+    assert "Neutral, not counted" in neutral.summary() and "test_x::test_c" in neutral.summary()
     skipped = report(["skipped", "passed", "passed"])  # a skip the reference never had
     assert skipped.score == pytest.approx(2 / 3) and not skipped.all_passed
     nothing = report(["passed"] * 3, starter_passed=frozenset(ids))
