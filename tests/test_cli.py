@@ -181,6 +181,9 @@ def test_rerun_without_resume_is_refused(tmp_path):
         (["tasks", "show", "fizzbuzz", "--tasks", "/no/such/tasks.jsonl"], {}, "no task source"),
         (["tasks", "validate", "--tasks", "/no/such/tasks.jsonl"], {}, "no task source"),
         (["tasks", "validate", "/no/such/tasks.jsonl"], {}, "no task source"),
+        (["tasks", "validate", "--task-ids", "fizzbuzz,nope,nix"], {},
+         "unknown task id(s) nix, nope"),
+        (["tasks", "validate", "--sample", "0"], {}, "argument --sample: must be at least 1"),
     ],
 )
 def test_user_errors_are_one_clear_line(tmp_path, args, env, expected):
@@ -211,10 +214,14 @@ def test_tasks_list_and_show():
 
 @pytest.mark.docker
 def test_tasks_validate_grades_references_and_starters():
+    """`--task-ids` picks the tasks checked, and only those are graded."""
     fixture = Path(__file__).parent / "fixtures" / "tasks.yaml"
-    result = opd_gym("tasks", "validate", str(fixture), "--sandbox", "docker")
+    result = opd_gym("tasks", "validate", str(fixture), "--sandbox", "docker",
+                     "--task-ids", "yaml_fix_greeting")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "tasks valid" in result.stdout and "BAD" not in result.stdout
+    assert "validating 1 of the source's 2 tasks" in result.stdout
+    assert "yaml_fix_greeting" in result.stdout and "yaml_add" not in result.stdout
+    assert "1/1 tasks valid" in result.stdout and "BAD" not in result.stdout
 
 
 def test_policy_and_teacher_options_reach_the_backends(tmp_path, tiny_cache):

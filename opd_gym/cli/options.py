@@ -1,12 +1,12 @@
 """The flags several `opd-gym` commands share, each defined once (one type, one default, one
 help), and the argparse types they use; a command adds a group with one call.
 
-Groups: task source (`task_source`), sandbox (`sandbox`), limits (`limits`), verification
-(`verification`), OPD options (`opd_options`), and single flags (`quiet`, `tokenizer`,
-`open_flag`, `ray`, `setup_cache`, `tool_format`). A flag whose meaning is a command's own
-(`--out` is a run directory for rollout and an HTML file for report) is listed in
-`PER_COMMAND`, with why; tests/cli/test_options.py checks that every other flag reads the
-same wherever it appears.
+Groups: task source (`task_source`), task selection (`selection`), sandbox (`sandbox`),
+limits (`limits`), verification (`verification`), OPD options (`opd_options`), and single
+flags (`quiet`, `tokenizer`, `open_flag`, `ray`, `setup_cache`, `tool_format`). A flag whose
+meaning is a command's own (`--out` is a run directory for rollout and an HTML file for
+report) is listed in `PER_COMMAND`, with why; tests/cli/test_parsers.py checks that every other
+flag reads the same wherever it appears.
 """
 
 from __future__ import annotations
@@ -124,6 +124,38 @@ def task_source(parser: argparse.ArgumentParser, tasks: bool = True) -> None:
                         help="SWE-bench-style rows: a folder holding each repository they "
                         "name, as owner/name, owner__name or name (optionally .git, .bundle, "
                         ".tar.gz)")
+
+
+TASK_IDS_HELP = "comma-separated ids"
+
+
+def selection(parser: argparse.ArgumentParser) -> None:
+    """`--task-ids`, `--sample N`, `--sample-seed`: which tasks of the source a command works
+    on (`select_tasks`), for suites too big to check whole."""
+    parser.add_argument("--task-ids", type=id_list, help=TASK_IDS_HELP)
+    parser.add_argument("--sample", type=positive, metavar="N",
+                        help="N tasks drawn from the source (after --task-ids), seeded")
+    parser.add_argument("--sample-seed", type=int, default=0,
+                        help="the seed of --sample's draw (default 0)")
+
+
+def select_tasks(args: argparse.Namespace, tasks: Any) -> list[Any]:
+    """The tasks `selection`'s flags name, in the source's order: unknown ids are refused by
+    name, and `--sample N` draws N of them with `--sample-seed` (all of them when N is more)."""
+    import random
+
+    chosen = list(tasks)
+    if args.task_ids:
+        known = {t.id for t in chosen}
+        unknown = sorted(set(args.task_ids) - known)
+        if unknown:
+            raise UserError(f"unknown task id(s) {', '.join(unknown)}: see `opd-gym tasks list`")
+        wanted = set(args.task_ids)
+        chosen = [t for t in chosen if t.id in wanted]
+    if args.sample is not None and args.sample < len(chosen):
+        picked = set(random.Random(args.sample_seed).sample(range(len(chosen)), args.sample))
+        chosen = [t for i, t in enumerate(chosen) if i in picked]
+    return chosen
 
 
 def sandbox(parser: argparse.ArgumentParser) -> None:

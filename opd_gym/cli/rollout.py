@@ -54,7 +54,7 @@ def add_arguments(roll: argparse.ArgumentParser) -> None:
     options.task_source(roll)
     options.verification(roll)
     options.setup_cache(roll)
-    roll.add_argument("--task-ids", type=options.id_list, help="comma-separated ids")
+    roll.add_argument("--task-ids", type=options.id_list, help=options.TASK_IDS_HELP)
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument("--harness", choices=["mini-swe-agent"],
                       help="an agent harness plays, its model calls recorded by the proxy in front "

@@ -25,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "reference (1.0) and a wrong answer (below 0.5)")
     validate.add_argument("path", nargs="?", help="the task source (old form of --tasks)")
     options.task_source(validate)
+    options.selection(validate)
     options.sandbox(validate)
     validate.add_argument("--workers", type=options.positive, default=4,
                           help="gradings run at once")
@@ -67,7 +68,10 @@ def run_validate(args: argparse.Namespace) -> int:
         raise UserError("give the task source once: `--tasks SOURCE` (or the old "
                         "positional form), not both")
     tasks = options.load_tasks(options.task_spec(args, args.path if not given else None))
-    return validate(tasks, args.sandbox, args.workers)
+    chosen = options.select_tasks(args, tasks)
+    if len(chosen) < len(tasks):
+        print(f"validating {len(chosen)} of the source's {len(tasks)} tasks")
+    return validate(chosen, args.sandbox, args.workers)
 
 
 def validate(tasks, sandbox: str, workers: int = 4) -> int:

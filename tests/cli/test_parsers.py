@@ -122,3 +122,24 @@ def test_old_import_paths_keep_working():
     assert cmd_rollout is run and _suite_max_turns("repo") == 30
     assert _tool_format_name("hermes", "demo") == "hermes"
     assert callable(proxy_flags) and callable(serve_flags) and callable(config_from)
+
+
+def test_a_selection_keeps_the_sources_order_and_a_sample_is_seeded():
+    """`--task-ids` keeps the named tasks in the source's order; `--sample N` draws N with
+    `--sample-seed` (the same draw each time, another seed another draw, all when N is more)."""
+    from types import SimpleNamespace
+
+    from opd_gym.cli.options import select_tasks
+
+    tasks = [SimpleNamespace(id=f"t{i}") for i in range(20)]
+
+    def ids(task_ids=None, sample=None, seed=0):
+        args = SimpleNamespace(task_ids=task_ids, sample=sample, sample_seed=seed)
+        return [t.id for t in select_tasks(args, tasks)]
+
+    assert ids() == [t.id for t in tasks]
+    assert ids(["t9", "t2"]) == ["t2", "t9"]
+    drawn = ids(sample=5)
+    assert len(drawn) == 5 and drawn == ids(sample=5) and drawn == sorted(drawn, key=ids().index)
+    assert any(ids(sample=5, seed=s) != drawn for s in range(1, 5))
+    assert ids(["t1", "t3"], sample=9) == ["t1", "t3"]
