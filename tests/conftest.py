@@ -52,7 +52,7 @@ def make_toy_task(task_id: str = "toy_add", **overrides) -> Task:
 
 # Files whose tests start the session's vLLM servers or its Ray cluster: under pytest-xdist
 # they all go to one worker, so a run starts each once (two Ray heads would also share ports).
-ONE_WORKER = ("tests/vllm/", "tests/distributed/", "tests/authoring/test_synth.py")
+ONE_WORKER = ("tests/vllm/", "tests/distributed/", "tests/authoring/test_synth_ray.py")
 
 
 def pytest_collection_modifyitems(config, items):

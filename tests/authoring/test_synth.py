@@ -468,27 +468,6 @@ def test_a_bug_that_removes_a_test_id_is_judged_not_crashed(tmp_path, pool):
     assert verdict.failures >= 1
 
 
-@pytest.mark.docker
-@pytest.mark.slow
-@pytest.mark.ray
-def test_parallel_and_ray_synthesis_keep_the_serial_runs_tasks(tmp_path, ray_cluster):
-    """`tasks synth` on a pinned library with 1 worker, 2 threads and 2 Ray actors (on the
-    two-node cluster): the same manifest tasks; the parallel runs try a superset in order."""
-    runs = {"serial": {"workers": 1}, "threads": {"workers": 2},
-            "ray": {"workers": 2, "ray": True}}
-    manifests, tried = {}, {}
-    for name, options in runs.items():
-        out = tmp_path / f"{name}.json"
-        assert synth_command("inflection", str(out), 3, 0, **options) == 0, name
-        manifests[name] = json.loads(out.read_text())
-        tried[name] = set(Progress(out.with_name(out.name + ".progress.jsonl")).rows)
-    tasks = manifests["serial"]["tasks"]
-    assert len(tasks) == 3 and all(t["project"] == "inflection" for t in tasks)
-    assert manifests["threads"]["tasks"] == tasks
-    assert manifests["ray"]["tasks"] == tasks
-    assert tried["serial"] <= tried["threads"] and tried["serial"] <= tried["ray"]
-
-
 def test_compact_manifests_give_back_every_pass_to_pass_list_exactly(tmp_path):
     """Version 2 stores PASS_TO_PASS once per project (`suite`) and per task only the ids
     outside it (`not_passing`): reading gives the full sorted lists back; a version 1
