@@ -57,8 +57,7 @@ def test_the_verify_flags_reach_the_sessions_run_config(tmp_path: Path) -> None:
     stack is built from (as rollout's flags do)."""
     import argparse
 
-    from opd_gym.serve.command import add_arguments, config_from
-
+    from opd_gym.cli.serve import add_arguments, config_from
     from opd_gym.serve.runtime import ServeRuntime
 
     parser = argparse.ArgumentParser()
