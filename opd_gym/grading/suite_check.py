@@ -313,6 +313,24 @@ def _holds_code(files: Mapping[str, bytes], top: str, config: PytestConfig,
     return False
 
 
+TEXT_DOCTEST_SUFFIXES = (".txt", ".rst", ".md", ".doctest")
+
+
+def _doctest_globs(config: PytestConfig) -> list[str]:
+    """The `--doctest-glob` patterns of the suite's addopts (pytest's default: test*.txt)."""
+    args = shlex.split(config.options.get("addopts", ""))
+    found = [a.split("=", 1)[1] for a in args if a.startswith("--doctest-glob=")]
+    found += [b for a, b in zip(args, args[1:], strict=False) if a == "--doctest-glob"]
+    return found or ["test*.txt"]
+
+
+def _text_doctest(path: str, globs: Sequence[str]) -> bool:
+    """Whether a non-Python test file is doctest text (by suffix or a --doctest-glob), not a
+    custom collector's file."""
+    pure = PurePosixPath(path)
+    return pure.suffix in TEXT_DOCTEST_SUFFIXES or any(pure.match(g) for g in globs)
+
+
 def shapes(project: SuiteProject, ids: Sequence[str], hidden: Mapping[str, str]) -> list[str]:
     """What makes this suite's shape: doctests, layout, stdlib names, conftest, config."""
     config, files = project.config, project.files
@@ -320,8 +338,12 @@ def shapes(project: SuiteProject, ids: Sequence[str], hidden: Mapping[str, str])
     paths = {i.split("::", 1)[0] for i in ids}
     if any(p.endswith(".py") and not is_test_module(p, config) for p in paths):
         found.append("doctest-modules")
-    if any(not p.endswith(".py") for p in paths):
+    texts = [p for p in paths if not p.endswith(".py")]
+    globs = _doctest_globs(config)
+    if any(_text_doctest(p, globs) for p in texts):
         found.append("text doctests")
+    if any(not _text_doctest(p, globs) for p in texts):
+        found.append("custom collector")  # a conftest's pytest_collect_file (YAML cases...)
     if _src_packages(files):
         found.append("src layout")
     code = [p for p in files if p.endswith(".py") and p not in hidden]

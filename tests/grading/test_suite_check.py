@@ -386,6 +386,20 @@ def test_several_items_under_one_id_get_plain_pytests_verdict(tmp_path, capsys):
     assert tests["tests/doubles.cases::case"]["role"] == "neutral"
     assert suite["score"] == 1.0 and suite["earning"] >= 3 and suite["ok"] is True
     assert all(t["agree"] and t["rule"] for t in suite["tests"])
+    assert "custom collector" in suite["shapes"] and "text doctests" not in suite["shapes"]
+
+
+def test_a_custom_collectors_files_are_not_called_text_doctests():
+    """Non-Python test files are doctest text by suffix or the suite's --doctest-glob;
+    anything else is a custom collector's (the shape check-suite prints)."""
+    from opd_gym.grading.suite_check import _text_doctest
+
+    assert _text_doctest("README.rst", ["test*.txt"])
+    assert _text_doctest("docs/guide.doctest", ["test*.txt"])
+    assert _text_doctest("tests/test_usage.txt", ["test*.txt"])
+    assert _text_doctest("tests/usage.example", ["*.example"])
+    assert not _text_doctest("tests/doubles.cases", ["test*.txt"])
+    assert not _text_doctest("tests/cases.yaml", ["test*.txt"])
 
 
 ROOT_PACKAGE = {  # a root __init__.py, unittest setUp/tearDown, a cwd-relative data file
