@@ -1,5 +1,5 @@
-"""`opd-gym export RUN_DIR --to FORMAT`: a run in a trainer's format, or its repository-task
-diffs as SWE-bench predictions."""
+"""`opd-gym export RUN_DIR --to FORMAT`: a run in a trainer's format, as Harbor ATIF
+trajectories (a folder), or its repository-task diffs as SWE-bench predictions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("run_dir")
     parser.add_argument("--to", required=True, choices=FORMATS)
-    parser.add_argument("--out", help="output file")
+    parser.add_argument("--out", help="output file (atif: output folder, one "
+                        "<trial>/agent/trajectory.json per episode)")
     options.tokenizer(parser)
     parser.add_argument("--model-name", help="swebench-predictions: model_name_or_path "
                         "(default: the run's policy, from its config.json)")

@@ -1,9 +1,11 @@
 """Exports for trainers: per-record formats (`formats`) and whole-run files (`run`).
 
 `formats` maps one OPD record to Atropos groups, TRL rows or per-token advantages; `run`
-reads a rollout's run directory and writes those formats (JSONL, or Parquet) for every turn.
+reads a rollout's run directory and writes those formats (JSONL, or Parquet) for every turn;
+`atif` writes each episode as a Harbor ATIF trajectory with its OPD records.
 """
 
+from opd_gym.exports.atif import export_atif, to_atif
 from opd_gym.exports.formats import (
     ATROPOS_IGNORE,
     ATROPOS_PAD_ID,
@@ -22,9 +24,11 @@ __all__ = [
     "FORMATS",
     "TurnExample",
     "examples",
+    "export_atif",
     "export_run",
     "to_advantages",
     "to_atropos",
+    "to_atif",
     "to_atropos_trajectories",
     "to_trl_rows",
 ]

@@ -17,6 +17,9 @@ from opd_gym.records.opd_record import OPDRecord
 ATROPOS_PAD_ID = -1
 ATROPOS_PAD_LOGPROB = -1e9
 ATROPOS_IGNORE = -100  # Atropos `masks`: -100 = not trained, otherwise the token id
+# what a run export does with turns scored on a reconstructed context (no prompt ids
+# recorded): `opd_gym.exports.run.export_run` and `opd_gym.exports.atif.export_atif`
+RECONSTRUCTED = ("refuse", "drop", "allow")
 
 
 def to_atropos(

@@ -1,5 +1,6 @@
 """Export a rollout's trajectories to trainer formats: Atropos groups, TRL rows, per-token
-advantages (JSONL each) and Parquet (one row per scored turn; needs pyarrow)."""
+advantages (JSONL each), Parquet (one row per scored turn; needs pyarrow) and Harbor's ATIF
+trajectories (a folder, one per episode: `opd_gym.exports.atif`)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,14 @@ from typing import Any
 import numpy as np
 
 from opd_gym.errors import ConfigError
-from opd_gym.exports.formats import to_advantages, to_atropos, to_trl_rows
+from opd_gym.exports.formats import RECONSTRUCTED, to_advantages, to_atropos, to_trl_rows
 from opd_gym.exports.trainers import STUDENT_LOGPROBS_HOW, TRAINER_FORMATS, trainer_lines
 from opd_gym.records.opd_record import OPDRecord
 from opd_gym.runs import RunDirectory
 from opd_gym.transcript import messages_for_template
 
 FORMATS = ("atropos", "trl", "advantage", "parquet", *TRAINER_FORMATS,
-           "swebench-predictions")
-# what an export does with turns scored on a reconstructed context (no prompt ids recorded)
-RECONSTRUCTED = ("refuse", "drop", "allow")
+           "swebench-predictions", "atif")
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,8 @@ def export_run(
     model_name: str | None = None, reconstructed: str = "refuse",
     note: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write `run_dir`'s episodes in format `fmt`; returns the file written.
+    """Write `run_dir`'s episodes in format `fmt`; returns the file written (`atif`: the
+    folder of trajectories, `opd_gym.exports.atif.export_atif`).
 
     `swebench-predictions` writes the repository-task episodes' diffs for SWE-bench's harness
     (`opd_gym.exports.predictions`; `model_name` defaults to the run's policy).
@@ -109,6 +109,10 @@ def export_run(
         from opd_gym.exports.predictions import export_predictions
 
         return export_predictions(run_dir, out, model_name=model_name).path
+    if fmt == "atif":
+        from opd_gym.exports.atif import export_atif
+
+        return export_atif(run_dir, out, reconstructed=reconstructed, note=note)
     run = Path(run_dir)
     base = run if run.is_dir() else run.parent
     target = (
