@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make this machine ready for opd_gym: Debian packages, a running Docker engine, a virtualenv
-# with the package and its test extras, and the sandbox image. Safe to re-run: each step is
+# with the package and its test extras, the sandbox image, and a Python 3.12 virtualenv with
+# harbor's ATIF models (.venv-harbor) for the ATIF export tests. Safe to re-run: each step is
 # skipped when already done. Needs root for apt-get and dockerd (as on the CI machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,3 +92,53 @@ log "the repo suite: $("$VENV/bin/python" -c 'from opd_gym.tasks.repo_suite impo
 
 # 5. The sandbox image (offline build when no registry answers; cached rootfs).
 OPD_GYM_SANDBOX_WHEELS=$wheels "$VENV/bin/opd-gym" sandbox build
+
+# 6. Harbor's ATIF models, in a virtualenv of their own: harbor needs Python >= 3.12 and the
+# main venv may be older. The export tests (tests/exports/test_atif.py) validate every exported
+# trajectory with harbor's `Trajectory` in that venv's python. Only the models are needed, and
+# they import nothing but pydantic, so harbor goes in without its dependencies (its CLI, litellm
+# and the rest are a ~1 GB, two-minute install): seconds of extra setup. Last, so that a machine
+# without Python 3.12 has everything else ready when this step fails.
+HARBOR_VENV=${OPD_GYM_HARBOR_VENV:-.venv-harbor}
+HARBOR_PIN="harbor==0.26.0"
+harbor_ok() {
+  [ -x "$HARBOR_VENV/bin/python" ] && "$HARBOR_VENV/bin/python" - "$HARBOR_PIN" 2>/dev/null <<'PY'
+import importlib.metadata as md, sys
+assert md.version("harbor") == sys.argv[1].split("==")[1]
+from harbor.models.trajectories import Trajectory  # noqa: F401
+PY
+}
+find_python312() {  # a Python 3.12 that runs: on PATH, else pyenv's; prints its path
+  local cand root
+  for cand in "$(command -v python3.12 2>/dev/null)" \
+      "$(command -v pyenv >/dev/null 2>&1 && pyenv root 2>/dev/null)" "${PYENV_ROOT:-}" \
+      "$HOME/.pyenv"; do
+    [ -n "$cand" ] || continue
+    if [ -d "$cand" ]; then  # a pyenv root: its newest 3.12.x
+      root=$cand
+      cand=$(ls -d "$root"/versions/3.12*/bin/python3.12 2>/dev/null | sort -V | tail -1)
+      [ -n "$cand" ] || continue
+    fi
+    if "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
+      echo "$cand"; return 0
+    fi
+  done
+  return 1
+}
+if harbor_ok; then
+  log "$HARBOR_VENV already has $HARBOR_PIN"
+else
+  py312=$(find_python312) || {
+    echo "setup: harbor ($HARBOR_PIN, for the ATIF export tests) needs Python 3.12: none found" \
+      "(no working python3.12 on PATH, no 3.12.x under pyenv's versions). Install one (e.g." \
+      "'pyenv install 3.12') and run setup again, or set OPD_GYM_HARBOR_VENV to a venv that" \
+      "has $HARBOR_PIN" >&2
+    exit 1
+  }
+  log "creating $HARBOR_VENV with $py312 and $HARBOR_PIN (models only)"
+  rm -rf "$HARBOR_VENV"
+  "$py312" -m venv "$HARBOR_VENV"
+  "$HARBOR_VENV/bin/pip" install -q "pydantic>=2.14" 2>&1 | grep -v '^WARNING: Location' || true
+  "$HARBOR_VENV/bin/pip" install -q --no-deps "$HARBOR_PIN" 2>&1 | grep -v '^WARNING: Location' || true
+  harbor_ok || { echo "setup: $HARBOR_VENV does not import harbor.models.trajectories" >&2; exit 1; }
+fi
