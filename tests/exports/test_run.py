@@ -253,3 +253,52 @@ def test_an_episode_graded_with_an_infra_error_is_left_out_and_said(run_dir, tmp
     whole = [json.loads(x) for x in export_run(out, "trl").read_text().splitlines()]
     assert len(kept) == len(whole) - len(rows[0]["opd"]) > 0
     assert any("1 episode(s) graded with an infra error" in n for n in notes), notes
+
+
+def test_atif_refuses_a_run_without_the_policys_token_ids(run_dir, capsys):
+    """The demo policy is scripted: its turns carry no sampled ids, and their records were
+    scored on the teacher's tokenization of the text. `--to atif` exits 2 naming
+    completion_token_ids and the policies that record them, and writes nothing (no ids
+    are ever filled in from a re-tokenization)."""
+    from opd_gym.cli import main
+
+    out, _ = run_dir
+    target = out / "refused-atif"
+    assert main(["export", str(out), "--to", "atif", "--out", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "completion_token_ids" in err and "12 of 12 turns" in err
+    assert "--policy tiny" in err and "demo" in err
+    assert not target.exists() and not list(out.glob(".refused-atif*"))
+
+
+def test_atif_steps_carry_the_tool_calls_and_their_output(run_dir, tmp_path):
+    """`to_atif` (the mapping, which refuses nothing) on the demo run's rows, which call
+    every tool: each call is an ATIF tool call answered by its own observation result
+    (source_call_id), valid under Harbor's model; no token fields where the run has none."""
+    from harbor_check import harbor_validate
+
+    from opd_gym.exports.atif import to_atif
+    from opd_gym.runs import RunDirectory
+
+    out, _ = run_dir
+    paths = []
+    for row in RunDirectory(out).episodes():
+        trajectory = to_atif(row)
+        paths.append(tmp_path / f"{row.episode}.json")
+        paths[-1].write_text(json.dumps(trajectory, allow_nan=False))
+        agent = [s for s in trajectory["steps"] if s["source"] == "agent"]
+        assert len(agent) == len(row.turns) == 6
+        for step, turn in zip(agent, row.turns, strict=True):
+            calls = [(c["tool_call_id"], c["function_name"], c["arguments"])
+                     for c in step["tool_calls"]]
+            assert calls == [(c["id"], c["name"], c["arguments"]) for c in turn["tool_calls"]]
+            follow = row.messages[turn["context_len"] + 1:turn["end_len"]]
+            assert [(r.get("source_call_id"), r["content"])
+                    for r in step["observation"]["results"]] == [
+                (m.get("tool_call_id"), m["content"]) for m in follow]
+            assert set(step["metrics"]) == {"extra"}  # the step's reward, no token fields
+            assert step["extra"]["opd"]["retokenized"] is True  # the record says so
+        assert {c["function_name"] for s in agent for c in s["tool_calls"]} >= {
+            "terminal", "write_file", "edit_file", "submit"}
+    assert set(harbor_validate(paths).values()) == {"ok"}

@@ -1,6 +1,7 @@
 """Contract tests: each trainer export has the fields, dtypes, shapes, shift and neutral
 values of that trainer's own source (TRL async distillation, slime/OpenClaw, verl, tinker,
-TRL SDFT/SDPO), and `opd-gym export --to` writes every format from a real rollout."""
+TRL SDFT/SDPO), and `opd-gym export --to` writes every format from a real rollout (Harbor's
+ATIF too, validated by Harbor's own model: tests/harbor_check.py)."""
 
 from __future__ import annotations
 
@@ -190,6 +191,10 @@ def test_every_format_exports_a_real_run(student_run) -> None:
                 export_run(out, fmt, out / f"x-{fmt}", tokenizer=tokenizer)
             continue
         path = export_run(out, fmt, out / f"x-{fmt}", tokenizer=tokenizer)
+        if fmt == "atif":  # a folder, one Harbor trajectory per episode (tests below)
+            (trajectory,) = path.glob("*/agent/trajectory.json")
+            sizes[fmt] = trajectory.stat().st_size
+            continue
         sizes[fmt] = path.stat().st_size
         if fmt == "parquet":
             continue
@@ -215,3 +220,109 @@ def test_every_format_exports_a_real_run(student_run) -> None:
     per24 = {fmt: size / turns * 24 for fmt, size in sizes.items()}
     print("export bytes per 24 turns:", {k: int(v) for k, v in per24.items()})
     assert sizes["atropos-compact"] < sizes["atropos"] / 2
+
+
+def _agent_steps(trajectory: dict) -> list[dict]:
+    return [s for s in trajectory["steps"] if s["source"] == "agent"]
+
+
+def test_atif_trajectories_validate_and_hold_the_runs_exact_tokens(student_run, tmp_path):
+    """`--to atif` writes Harbor's trial layout, each trajectory valid under Harbor's own
+    ATIF-v1.8 model (strict: a control with `metrics` on a user step is refused); recounted
+    from trajectories.jsonl itself, every agent step holds the turn's exact prompt ids,
+    sampled ids and logprobs, its stored OPD record under extra.opd (read back as an
+    OPDRecord), and the final metrics the reward breakdown."""
+    from harbor_check import harbor_validate
+
+    from opd_gym.cli import main
+    from opd_gym.exports.atif import OPD_KEY
+
+    run, _ = student_run
+    out = tmp_path / "atif"
+    assert main(["export", str(run), "--to", "atif", "--out", str(out)]) == 0
+    index = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    paths = [out / line["path"] for line in index]
+    assert len(paths) == len(rows) == 1
+    assert paths[0].relative_to(out).parts[1:] == ("agent", "trajectory.json")
+    control = json.loads(paths[0].read_text())
+    control["steps"][0]["metrics"] = {"prompt_tokens": 1}
+    (tmp_path / "control.json").write_text(json.dumps(control))
+    verdicts = harbor_validate([*paths, tmp_path / "control.json"])
+    assert verdicts[str(paths[0])] == "ok"
+    assert "only applicable when source is 'agent'" in verdicts[str(tmp_path / "control.json")]
+
+    (row,) = rows
+    trajectory = json.loads(paths[0].read_text())
+    steps = trajectory["steps"]
+    assert [s["step_id"] for s in steps] == list(range(1, len(steps) + 1))
+    assert [s["source"] for s in steps[:2]] == ["system", "user"]
+    agent = _agent_steps(trajectory)
+    assert len(agent) == len(row["turns"]) == len(row["opd"]) == 3
+    stored = {r["turn_index"]: r for r in row["opd"]}
+    for step, turn in zip(agent, row["turns"], strict=True):
+        metrics = step["metrics"]
+        assert metrics["prompt_token_ids"] == turn["prompt_ids"]
+        assert metrics["completion_token_ids"] == turn["token_ids"]
+        assert metrics["logprobs"] == turn["logprobs"]  # the same floats, not close ones
+        assert metrics["completion_tokens"] == len(turn["token_ids"])
+        assert metrics["extra"]["reward"] == row["rewards"][turn["index"]]
+        opd = step["extra"][OPD_KEY]
+        assert opd == stored[turn["index"]]  # the whole record, as the run stored it
+        assert opd["retokenized"] is False and opd["reconstructed"] is False
+        record = OPDRecord.from_dict(opd)
+        assert record.token_ids.tolist() == turn["token_ids"] and record.topk == 8
+        follow = row["messages"][turn["context_len"] + 1:turn["end_len"]]
+        results = step["observation"]["results"]  # the random model calls no tool: the
+        assert [r["content"] for r in results] == [m["content"] for m in follow]  # feedback
+        assert all(r["extra"] == {"role": "user"} and "source_call_id" not in r
+                   for r in results)
+        assert "tool_calls" not in step
+    assert any(r["hint"] for r in row["opd"])  # the judge's hints travel with the records
+    final = trajectory["final_metrics"]
+    assert final["extra"]["reward_breakdown"] == row["reward_breakdown"]
+    assert final["extra"]["reward"] == row["return"] and final["total_steps"] == len(steps)
+    assert final["total_completion_tokens"] == sum(len(t["token_ids"]) for t in row["turns"])
+    assert final["total_prompt_tokens"] == sum(len(t["prompt_ids"]) for t in row["turns"])
+    assert trajectory["agent"]["name"] == "opd_gym" and trajectory["agent"]["version"]
+    assert trajectory["agent"]["tool_definitions"] == row["tools"]
+
+
+def test_atif_reconstructed_turns_are_refused_dropped_or_marked(student_run, tmp_path):
+    """As every export: refused by default; on request the turn's record is left out (its
+    step stays: a trajectory has no holes) or kept marked; a folder that is no ATIF export
+    is never replaced, an earlier export is."""
+    import shutil
+
+    from harbor_check import harbor_validate
+
+    from opd_gym.exports.atif import OPD_KEY, export_atif
+
+    run = tmp_path / "run"
+    shutil.copytree(student_run[0], run)
+    rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    rows[0]["opd"][1]["reconstructed"] = True
+    rows[0]["turns"][1]["prompt_ids"] = None  # what a policy without prompt ids leaves
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="1 of 3 turns .* rebuilt"):
+        export_run(run, "atif", tmp_path / "refused")
+    assert not (tmp_path / "refused").exists() and not list(tmp_path.glob(".refused*"))
+    notes: list[str] = []
+    dropped = export_atif(run, tmp_path / "dropped", reconstructed="drop", note=notes.append)
+    agent = _agent_steps(json.loads(next(dropped.glob("*/agent/trajectory.json")).read_text()))
+    assert [OPD_KEY in s["extra"] for s in agent] == [True, False, True]
+    assert "prompt_token_ids" not in agent[1]["metrics"]  # none recorded: none written
+    assert "completion_token_ids" in agent[1]["metrics"]  # the policy's own ids stay
+    assert len(notes) == 1 and "1 of 3 turns" in notes[0]
+    marked = export_atif(run, tmp_path / "marked", reconstructed="allow")
+    agent = _agent_steps(json.loads(next(marked.glob("*/agent/trajectory.json")).read_text()))
+    assert [s["extra"][OPD_KEY]["reconstructed"] for s in agent] == [False, True, False]
+    paths = [*dropped.glob("*/agent/trajectory.json"), *marked.glob("*/agent/trajectory.json")]
+    assert set(harbor_validate(paths).values()) == {"ok"}
+    other = tmp_path / "not-an-export"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not an earlier ATIF export"):
+        export_atif(run, other, reconstructed="allow")
+    assert (other / "keep.txt").read_text() == "mine"
+    assert export_atif(run, marked, reconstructed="allow") == marked
