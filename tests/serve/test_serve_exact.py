@@ -110,6 +110,18 @@ def test_exact_served_turns_give_exact_records_every_export_takes(exact_server, 
         path = export_run(exact_server.runtime.run.root, fmt, tmp_path / f"{fmt}.out",
                           tokenizer=tok)
         assert path.stat().st_size > 0, fmt
+    # Harbor's ATIF: the served episode's tool calls and exact ids, valid under Harbor's model
+    from harbor_check import harbor_validate
+
+    (trajectory,) = (tmp_path / "atif.out").glob("*/agent/trajectory.json")
+    assert harbor_validate([trajectory]) == {str(trajectory): "ok"}
+    agent = [s for s in json.loads(trajectory.read_text())["steps"] if s["source"] == "agent"]
+    assert [s["metrics"]["completion_token_ids"] for s in agent] == [t["token_ids"]
+                                                                     for t in row.turns]
+    assert [s["metrics"]["prompt_token_ids"] for s in agent] == [t["prompt_ids"]
+                                                                 for t in row.turns]
+    assert all(s["observation"]["results"][0]["source_call_id"] == s["tool_calls"][0][
+        "tool_call_id"] for s in agent)
 
 
 def test_a_refused_step_changes_nothing(exact_server, task) -> None:
