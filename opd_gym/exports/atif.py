@@ -325,6 +325,9 @@ def export_atif(
         records = {r.turn_index: r for r in row.records()}
         if records:
             episodes.append((row, records))
+    if not episodes and masked:
+        raise ConfigError(f"export --to atif: every episode of {run.root} with OPD records was "
+                          "graded with an infra error: nothing is left to write")
     if not episodes:
         raise ConfigError(f"export --to atif: {run.root} has no turns with OPD records (roll "
                           "out without --no-opd)")

@@ -326,3 +326,22 @@ def test_atif_reconstructed_turns_are_refused_dropped_or_marked(student_run, tmp
         export_atif(run, other, reconstructed="allow")
     assert (other / "keep.txt").read_text() == "mine"
     assert export_atif(run, marked, reconstructed="allow") == marked
+
+
+def test_atif_leaves_infra_error_episodes_out(student_run, tmp_path):
+    """An infra error's grade is no verdict: its episode is left out and said; a run with
+    nothing else is refused, nothing written."""
+    import shutil
+
+    from opd_gym.exports.atif import export_atif
+
+    run = tmp_path / "run"
+    shutil.copytree(student_run[0], run)
+    rows = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    rows[0]["grade"].update(infra_error=True, reason="the sandbox was lost")
+    (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    notes: list[str] = []
+    with pytest.raises(ConfigError, match="every episode .* infra error"):
+        export_atif(run, tmp_path / "out", note=notes.append)
+    assert notes and "1 episode(s) graded with an infra error" in notes[0]
+    assert not (tmp_path / "out").exists()
