@@ -1276,7 +1276,9 @@ def test_a_grades_second_run_holds_only_the_tests_it_judges(local_pool, make_tas
     assert {s.test_id for s in calibration.sentinels} <= calibration.second
     right = {"calc.py": task.solution["calc.py"].encode()}
     placements = set()
-    for _ in range(6):
+    for _ in range(20):  # each grade draws the placement: 6 grades saw one side 1 in 32
+        if len(placements) == 2:
+            break
         report = grader.grade(task, right)
         assert report.score == 1.0 and report.earning == 12 and report.forgery == (), report
         request = harness_requests[-1]
