@@ -36,6 +36,15 @@ variants never run side by side, so they share no live channel (sockets, signals
 no file. At the end every process of the agent's and the variants' uids (and all the
 harness's descendants) is killed. The harness trusts nothing the children say beyond those
 lines: a missing line is a missing test; a killed variant reports the tests it was running.
+
+Across the process boundary (the request's `boundary`: the solution modules of a HumanEval
+or MBPP task): each variant's tree holds only its hidden files, and the zygote forks, before
+the variant, a solution server (`run_server`) under a uid of its own (Docker: the next after
+the variants'), in a fresh copy of the workspace that uid owns, joined to the variant by a
+socketpair (the variant's end is fd 4, named by OPD_BOUNDARY_FD). The tests call the
+solution through `opd_grading.entry`; calls and values cross as tagged JSON data, never code
+(`opd_grading.encode`). The server is killed when its variant exits; its uid is then killed
+and cleaned like a variant's, and covered by the final kill.
 Standard library plus pytest (7.2 and 8.x); Python 3.10+.
 """
 
@@ -52,6 +61,7 @@ MESSAGE_CHARS = 500
 CASE_CHARS = 200  # the longest parametrize case an entry names (opd_gym's verdict.CASE_CHARS)
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 RESULT_FD = 3
+CHANNEL_FD = 4  # a boundary variant's socket to its solution server (opd_grading.BOUNDARY_ENV)
 HELD_CHARS = 1 << 16  # the longest held value read (opd_grading.canonical caps it too)
 MAX_HELD = 64  # held values kept per test
 MAX_HELD_CHARS = 2 << 20  # held value characters kept per variant (the verdict stays small)
@@ -59,10 +69,12 @@ DROPPED_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
 RESERVED_DIR = ".opd_grade"  # the host's own folder in the workspace (bwrap/local launches)
 MAX_DEPTH = 256  # as deep as the workspace snapshot carries (sandbox/agentd.py)
 
-OPD_GRADING_SOURCE = r'''"""What hidden tests use beyond importing the solution: programs and files.
+OPD_GRADING_SOURCE = r'''"""What hidden tests use beyond importing the solution: programs and files,
+and, for a task graded across the process boundary, the solution's entry points (`entry`).
 
 Installed by the opd_gym grading harness ahead of the test tree; everything runs in the test's
-own process and uid, relative to the tree (a copy of the agent's workspace).
+own process and uid, relative to the tree (a copy of the agent's workspace). The boundary's
+codec and server loop (`encode`, `decode`, `serve`) run in the solution server too.
 """
 
 import json
@@ -352,6 +364,349 @@ def hold(site, value):
     except OSError:
         pass
     return value
+
+
+# -- the process boundary: the tests in one process, the solution in another ---------------
+# A task graded across the boundary lays its hidden tests alone in the variant's tree; the
+# solution runs in a server process of its own uid (the harness's `run_server`), and each call
+# of an entry point crosses a socket as tagged JSON (`encode`/`decode`), a codec that carries
+# plain data and never code: nothing the solution defines runs in the test's process.
+BOUNDARY_ENV = "OPD_BOUNDARY_FD"  # the variant's end of the channel, by fd number
+MAX_FRAME = 64 << 20  # the longest message either side reads
+MAX_CODEC_DEPTH = 100  # nesting of lists, tuples, dicts and sets
+MAX_CODEC_ITEMS = 1 << 20  # values in one message
+
+
+class BoundaryError(Exception):
+    """A value that cannot cross the boundary (code, a custom object, too deep or too big) or
+    a broken channel: the test fails, as no plain data could have passed it."""
+
+
+class SolutionError(Exception):
+    """The solution raised an exception that is no builtin `Exception` class: its class name
+    (`name`) and message cross the boundary, never the object."""
+
+    def __init__(self, name, message):
+        super().__init__(f"{name}: {message}")
+        self.name, self.message = name, message
+
+
+def encode(value, _limits=None):
+    """`value` as tagged JSON data: None, bool, int (hex text: no digit limit), float (hex:
+    nan, inf and -0.0 exact), complex, str, bytes, bytearray, list, tuple, dict (any
+    encodable keys), set, frozenset. A subclass of one of those crosses as its base type's
+    data, read through the base's own methods (an IntEnum as its int, a Counter as its
+    dict); anything else raises BoundaryError."""
+    count = [0]
+
+    def walk(v, depth):
+        count[0] += 1
+        if count[0] > MAX_CODEC_ITEMS:
+            raise BoundaryError(f"more than {MAX_CODEC_ITEMS} values in one message")
+        if depth > MAX_CODEC_DEPTH:
+            raise BoundaryError(f"nested deeper than {MAX_CODEC_DEPTH} levels")
+        if v is None:
+            return ["n"]
+        if isinstance(v, bool):
+            return ["b", bool.__bool__(v)]
+        if isinstance(v, int):
+            return ["i", format(int.__index__(v), "x")]
+        if isinstance(v, float):
+            return ["f", float.hex(float.__float__(v))]
+        if isinstance(v, complex):
+            return ["c", float.hex(complex.real.__get__(v)), float.hex(complex.imag.__get__(v))]
+        if isinstance(v, str):
+            return ["s", str.__str__(v)]
+        if isinstance(v, bytes):
+            return ["y", bytes.hex(bytes(memoryview(v)))]
+        if isinstance(v, bytearray):
+            return ["Y", bytes.hex(bytes(memoryview(v)))]
+        if isinstance(v, list):
+            return ["l", [walk(x, depth + 1) for x in list.__iter__(v)]]
+        if isinstance(v, tuple):
+            return ["t", [walk(x, depth + 1) for x in tuple.__iter__(v)]]
+        if isinstance(v, dict):
+            return ["d", [[walk(k, depth + 1), walk(x, depth + 1)] for k, x in dict.items(v)]]
+        if isinstance(v, set):
+            return ["S", [walk(x, depth + 1) for x in set.__iter__(v)]]
+        if isinstance(v, frozenset):
+            return ["F", [walk(x, depth + 1) for x in frozenset.__iter__(v)]]
+        raise BoundaryError(f"a {type(v).__module__}.{type(v).__qualname__} cannot cross the "
+                            "process boundary (only plain data: None, bool, int, float, "
+                            "complex, str, bytes, list, tuple, dict, set, frozenset)")
+
+    try:
+        return walk(value, 0)
+    except RecursionError:
+        raise BoundaryError("nested too deep to cross the process boundary") from None
+
+
+def decode(data):
+    """The value `encode` made `data` from (fresh builtin objects); BoundaryError on anything
+    that is not such data."""
+    count = [0]
+
+    def walk(d, depth):
+        count[0] += 1
+        if count[0] > MAX_CODEC_ITEMS or depth > MAX_CODEC_DEPTH:
+            raise BoundaryError("a message past the codec's limits")
+        if type(d) is not list or not d or type(d[0]) is not str:
+            raise BoundaryError("malformed data across the process boundary")
+        tag, rest = d[0], d[1:]
+        if tag == "n" and not rest:
+            return None
+        if len(rest) == 1 and tag == "b" and type(rest[0]) is bool:
+            return rest[0]
+        if tag == "c" and len(rest) == 2 and all(type(x) is str for x in rest):
+            return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+        if len(rest) != 1:
+            raise BoundaryError("malformed data across the process boundary")
+        body = rest[0]
+        if type(body) is str:
+            if tag == "i":
+                return int(body, 16)
+            if tag == "f":
+                return float.fromhex(body)
+            if tag == "s":
+                return body
+            if tag == "y":
+                return bytes.fromhex(body)
+            if tag == "Y":
+                return bytearray.fromhex(body)
+        elif type(body) is list:
+            if tag == "l":
+                return [walk(x, depth + 1) for x in body]
+            if tag == "t":
+                return tuple(walk(x, depth + 1) for x in body)
+            if tag == "S":
+                return {walk(x, depth + 1) for x in body}
+            if tag == "F":
+                return frozenset(walk(x, depth + 1) for x in body)
+            if tag == "d":
+                out = {}
+                for pair in body:
+                    if type(pair) is not list or len(pair) != 2:
+                        raise BoundaryError("malformed data across the process boundary")
+                    out[walk(pair[0], depth + 1)] = walk(pair[1], depth + 1)
+                return out
+        raise BoundaryError("malformed data across the process boundary")
+
+    try:
+        return walk(data, 0)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise BoundaryError(f"malformed data across the process boundary ({exc})") from None
+
+
+def send_frame(sock, message):
+    """One message: 4-byte big-endian length, then its JSON text."""
+    body = json.dumps(message, ensure_ascii=True, allow_nan=False).encode("ascii")
+    if len(body) > MAX_FRAME:
+        raise BoundaryError(f"a message of more than {MAX_FRAME} bytes")
+    sock.sendall(len(body).to_bytes(4, "big") + body)
+
+
+def _exactly(sock, size):
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def recv_frame(sock):
+    """The next message; None at EOF (the other side is gone)."""
+    head = _exactly(sock, 4)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "big")
+    if size > MAX_FRAME:
+        raise BoundaryError(f"a message of more than {MAX_FRAME} bytes")
+    body = _exactly(sock, size)
+    if body is None:
+        return None
+    try:
+        return json.loads(body.decode("ascii"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BoundaryError("a malformed message across the process boundary") from None
+
+
+CHANNEL = None  # the variant's socket to the solution server, opened on the first call
+
+
+def _channel():
+    global CHANNEL
+    if CHANNEL is None:
+        import socket
+
+        fd = os.environ.get(BOUNDARY_ENV, "")
+        if not fd.isdigit():
+            raise BoundaryError("this test runs across the process boundary, and no solution "
+                                "server was started for it")
+        CHANNEL = socket.socket(fileno=int(fd))
+    return CHANNEL
+
+
+def _restored(old, new):
+    """`old` with the contents of `new` put back in place where both are the same mutable
+    kind (a list, dict, set or bytearray the solution changed), so the test's own object
+    shows the change as under plain pytest; otherwise `new`."""
+    if type(old) is list and type(new) is list:
+        merged = [_restored(o, n) for o, n in zip(old, new)] if len(old) == len(new) else new
+        old[:] = merged
+        return old
+    if type(old) is dict and type(new) is dict:
+        merged = {k: _restored(old[k], v) if k in old else v for k, v in new.items()}
+        old.clear()
+        old.update(merged)
+        return old
+    if type(old) is set and type(new) is set or type(old) is bytearray \
+            and type(new) is bytearray:
+        old.clear()
+        old.update(new) if type(old) is set else old.extend(new)
+        return old
+    if type(old) is tuple and type(new) is tuple and len(old) == len(new):
+        items = tuple(_restored(o, n) for o, n in zip(old, new))
+        return old if all(a is b for a, b in zip(items, old)) else items
+    return new
+
+
+def _raised(name, args):
+    """The exception a test sees for one the solution raised: the builtin class of that name
+    (an `Exception` subclass of `builtins`) with its str args, else SolutionError."""
+    import builtins
+
+    kind = getattr(builtins, name, None) if isinstance(name, str) else None
+    text = [str(a) for a in args] if isinstance(args, list) else []
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(*text)
+        except Exception:
+            pass
+    return SolutionError(str(name), ", ".join(text))
+
+
+class _Lock:
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+
+_CALLS = _Lock()
+
+
+def call(name, args=(), kwargs=None, module="solution"):
+    """Call `module.name(*args, **kwargs)` in the solution server; its value, decoded, or the
+    exception it raised (`_raised`). Arguments it changed in place are changed here too."""
+    kwargs = dict(kwargs or {})
+    sent_args, sent_kwargs = encode(list(args)), encode(kwargs)
+    with _CALLS.lock:
+        sock = _channel()
+        try:
+            send_frame(sock, {"module": module, "name": name, "args": sent_args,
+                              "kwargs": sent_kwargs})
+            reply = recv_frame(sock)
+        except OSError as exc:
+            raise BoundaryError(f"the solution's process is gone ({exc})") from None
+    if not isinstance(reply, dict):
+        raise BoundaryError("the solution's process ended without answering the call "
+                            f"{name}()" if reply is None else "a malformed reply")
+    if reply.get("args") is not None and reply.get("args") != sent_args:
+        new = decode(reply["args"])
+        if type(new) is list and len(new) == len(args):
+            for old, value in zip(args, new):
+                _restored(old, value)
+    if reply.get("kwargs") is not None and reply.get("kwargs") != sent_kwargs:
+        new = decode(reply["kwargs"])
+        if type(new) is dict:
+            for key, old in kwargs.items():
+                if key in new:
+                    _restored(old, new[key])
+    if "value" in reply:
+        return decode(reply["value"])
+    if "raised" in reply:
+        raised = reply["raised"]
+        if type(raised) is list and len(raised) == 2:
+            raise _raised(raised[0], raised[1]) from None
+    raise BoundaryError(str(reply.get("refused") or "a malformed reply")[:2000])
+
+
+def entry(name, module="solution"):
+    """A callable standing for the solution's `module.name`: each call crosses the process
+    boundary (`call`). What the hidden tests of a boundary task call instead of importing it."""
+    def candidate(*args, **kwargs):
+        return call(name, args, kwargs, module)
+
+    candidate.__name__ = candidate.__qualname__ = name
+    return candidate
+
+
+def _builtin_name(exc):
+    """The name of the nearest builtin class of `exc` (a ValueError subclass: ValueError)."""
+    import builtins
+
+    for kind in type(exc).__mro__:
+        if getattr(builtins, kind.__name__, None) is kind:
+            return kind.__name__
+    return "Exception"
+
+
+def serve(sock, modules):
+    """The solution server's loop: import the solution's module on its first call (only
+    `modules`), answer each call until EOF. Runs in the server process, never in a test's."""
+    import importlib
+
+    loaded = {}
+    while True:
+        try:
+            request = recv_frame(sock)
+        except (BoundaryError, OSError):
+            return
+        if request is None:
+            return
+        reply = {}
+        try:
+            if not isinstance(request, dict) or request.get("module") not in modules \
+                    or not isinstance(request.get("name"), str):
+                raise BoundaryError("a malformed call")
+            name = request["module"]
+            if name not in loaded:
+                loaded[name] = importlib.import_module(name)
+            args, kwargs = decode(request["args"]), decode(request["kwargs"])
+            if type(args) is not list or type(kwargs) is not dict \
+                    or not all(type(k) is str for k in kwargs):
+                raise BoundaryError("a malformed call")
+            function = getattr(loaded[name], request["name"])
+            try:
+                value = function(*args, **kwargs)
+            finally:
+                try:
+                    reply["args"], reply["kwargs"] = encode(args), encode(kwargs)
+                except BoundaryError:
+                    reply["args"] = reply["kwargs"] = None
+            reply["value"] = encode(value)
+        except BoundaryError as exc:
+            reply = {"refused": f"{request.get('name') if isinstance(request, dict) else ''}"
+                                f"(): {exc}"}
+        except BaseException as exc:  # the solution's own exception: its builtin name and text
+            reply.pop("value", None)
+            try:
+                args = [str(a) for a in exc.args] if isinstance(exc.args, tuple) else [str(exc)]
+            except BaseException:
+                args = []
+            original = type(exc).__name__ if isinstance(type(exc).__name__, str) else ""
+            builtin = _builtin_name(exc)
+            if original != builtin:
+                args = [f"({original}) " + (", ".join(args))]
+            reply["raised"] = [builtin, args]
+        try:
+            send_frame(sock, reply)
+        except BoundaryError as exc:
+            send_frame(sock, {"refused": str(exc)})
+        except OSError:
+            return
 '''
 
 
@@ -813,44 +1168,64 @@ def pristine_doctests(tree, sources, select=None):
     return Plugin()
 
 
-def run_variant(command, out_fd, result_fd):
-    """In the forked child: become the agent, enter the tree and run pytest; never returns."""
+def high_fd(fd):
+    """`fd` moved above every fd a child sets up (so a dup2 onto 3 or 4 never clobbers it)."""
+    import fcntl
+
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 100)
+    os.close(fd)
+    return moved
+
+
+def enter_child(spec, prefix):
+    """In a forked child, after its fds are set: signals as in a fresh python3, `spec`'s uid,
+    a scratch HOME and TMPDIR of its own, and the suite environment `spec` names (the agent's
+    terminal has the same one: opd_gym/sandboxes/environment.py); returns the scratch dir."""
+    import signal
+    import tempfile
+    import time
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    uid = spec["uid"]
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    scratch = tempfile.mkdtemp(prefix=prefix, dir=spec["tmp"])
+    home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
+    os.mkdir(home, 0o700)
+    os.mkdir(tmp, 0o700)
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    os.environ.update(PATH=spec["path"], HOME=home, TMPDIR=tmp)
+    time.tzset()  # TZ as the table has it, should the launch environment have differed
+    tempfile.tempdir = None
+    sys.dont_write_bytecode = True
+    return scratch
+
+
+def run_variant(command, out_fd, result_fd, channel=None):
+    """In the forked child: become the agent, enter the tree and run pytest; never returns.
+    `channel`: a boundary variant's socket to its solution server, kept as CHANNEL_FD."""
     code = 70
     scratch = None
     try:
         os.setsid()
+        if channel is not None:
+            channel = high_fd(channel)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.dup2(result_fd, RESULT_FD)
-        os.closerange(RESULT_FD + 1, 1 << 16)
-        import signal
-
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):  # as in a fresh python3
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        uid = command["uid"]
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        import tempfile
-
-        scratch = tempfile.mkdtemp(prefix="opd-variant-", dir=command["tmp"])
-        home, tmp = os.path.join(scratch, "home"), os.path.join(scratch, "tmp")
-        os.mkdir(home, 0o700)
-        os.mkdir(tmp, 0o700)
-        os.environ.clear()
-        # the suite environment the request names (the agent's terminal has the same one:
-        # opd_gym/sandboxes/environment.py), with a HOME and TMPDIR of this variant's own
-        os.environ.update(command["env"])
-        os.environ.update(PATH=command["path"], HOME=home, TMPDIR=tmp)
-        import time
-
-        time.tzset()  # TZ as the table has it, should the launch environment have differed
-        tempfile.tempdir = None
-        sys.dont_write_bytecode = True
+        if channel is not None:
+            os.dup2(channel, CHANNEL_FD)
+        os.closerange(RESULT_FD + 1 + (channel is not None), 1 << 16)
+        scratch = enter_child(command, "opd-variant-")
+        if channel is not None:
+            os.environ["OPD_BOUNDARY_FD"] = str(CHANNEL_FD)
         tree = command["tree"]
         os.chdir(tree)
         sys.path[:0] = [command["opd_dir"], tree]
@@ -886,10 +1261,59 @@ def run_variant(command, out_fd, result_fd):
         os._exit(code & 0xFF)
 
 
+def run_server(server, out_fd, channel):
+    """In the forked child (a boundary variant's solution server): become the server's uid,
+    enter its copy of the workspace and answer the variant's calls on `channel`
+    (`opd_grading.serve`: the solution's module imported on the first call); never returns.
+    Its output goes where the variant's does; its outcome is only what it answers."""
+    code = 70
+    scratch = None
+    try:
+        os.setsid()
+        channel = high_fd(channel)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(channel, 3)
+        os.closerange(4, 1 << 16)
+        scratch = enter_child(server, "opd-server-")
+        os.chdir(server["tree"])
+        sys.path[:0] = [server["tree"]]
+        sys.argv = ["solution"]
+        import socket
+        import types
+
+        module = types.ModuleType("opd_grading")
+        exec(compile(OPD_GRADING_SOURCE, "opd_grading", "exec"), module.__dict__)
+        module.serve(socket.socket(fileno=3), [str(m) for m in server["modules"]])
+        code = 0
+    except BaseException as exc:
+        try:
+            os.write(2, f"\nopd solution server: {type(exc).__name__}: {exc}\n".encode())
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            if scratch is not None:
+                import shutil
+
+                shutil.rmtree(scratch, ignore_errors=True)
+        except BaseException:
+            pass
+        os._exit(code & 0xFF)
+
+
 def zygote(commands_fd, replies_fd, pipes):
     """Fork one variant per command line, one at a time: say the child's pid, wait for it to
-    exit and say its status before reading the next line (variants never run side by side)."""
+    exit and say its status before reading the next line (variants never run side by side).
+    A boundary variant (its command names a `server`) gets its solution server forked first,
+    joined to it by a fresh socketpair; the server is killed when the variant has exited."""
     import gc
+    import signal
+    import socket
 
     gc.collect()
     gc.freeze()  # shared with the variants as it is: their collections skip it
@@ -899,10 +1323,23 @@ def zygote(commands_fd, replies_fd, pipes):
             command = json.loads(line)
             slot = command["slot"]
             out_w, result_w = pipes[slot]
+            server_pid = channel = None
+            if command.get("server") is not None:
+                ours, theirs = socket.socketpair()
+                server_pid = os.fork()
+                if server_pid == 0:
+                    replies.close()
+                    ours.close()
+                    run_server(command["server"], out_w, theirs.detach())
+                theirs.close()
+                channel = ours
             pid = os.fork()
             if pid == 0:
                 replies.close()
-                run_variant(command, out_w, result_w)
+                run_variant(command, out_w, result_w,
+                            None if channel is None else channel.detach())
+            if channel is not None:
+                channel.close()
             os.close(out_w)
             os.close(result_w)
             pipes[slot] = None
@@ -916,6 +1353,16 @@ def zygote(commands_fd, replies_fd, pipes):
                     continue
                 if done == pid:
                     break
+            if server_pid is not None:  # it dies with its variant (the harness kills its uid)
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(server_pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                try:
+                    os.waitpid(server_pid, 0)
+                except ChildProcessError:
+                    pass
             replies.write(json.dumps({"slot": slot, "status": status}) + "\n")
     for fds in pipes:  # slots not used
         if fds is not None:
@@ -1228,7 +1675,7 @@ def own_folder(base, name):
     return os.path.join(parent, TREE_NAME)
 
 
-def variant_tree(staging, tree, uid, ini_name, ini_text):
+def variant_tree(staging, tree, uid, ini_name=None, ini_text=None):
     """The tree one variant runs in, writable by it as a project folder is by plain pytest
     (a solution may write `./cache.json` in its cwd), with the task's ini read-only in it.
 
@@ -1244,8 +1691,15 @@ def variant_tree(staging, tree, uid, ini_name, ini_text):
     to pass is a same-process forgery like any other (it passes the canary too, and is
     caught), and nothing it writes outlives it (remove_variant_tree) or reaches the other
     variant, which runs later in a tree of its own.
+
+    Without `ini_name`: a boundary variant's solution server's tree (its copy of the
+    workspace, the server uid's own files), made afresh the same way (bwrap/local: a copy).
     """
     if uid is None:
+        if ini_name is None:  # a solution server's tree: a copy of its own, no ini
+            os.mkdir(tree, 0o755)
+            copy_tree(staging, tree)
+            return
         path = os.path.join(tree, ini_name)
         with open(path, "x", encoding="utf-8") as fh:
             fh.write(ini_text)
@@ -1255,10 +1709,11 @@ def variant_tree(staging, tree, uid, ini_name, ini_text):
     os.setegid(uid)  # what the harness creates now has the variant's group
     try:
         os.mkdir(tree, 0o700)
-        path = os.path.join(tree, ini_name)
-        with open(path, "x", encoding="utf-8") as fh:
-            fh.write(ini_text)
-        os.chmod(path, 0o444)
+        if ini_name is not None:
+            path = os.path.join(tree, ini_name)
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(ini_text)
+            os.chmod(path, 0o444)
     finally:
         os.setegid(egid)
     os.chmod(tree, 0o1770)
@@ -1622,15 +2077,26 @@ def main():
     # Each variant has a uid of its own (Docker): neither can signal, trace or read the
     # other's /proc, and neither is the workspace's owner.
     uids = [uid + 1 + i if uid is not None else None for i in range(len(variants_in))]
-    processes = AgentProcesses(uid, uids)
-    if uid is not None:
-        processes.kill(set(uids), spare={zygote_pid})  # nothing of a variant uid waits
+    # A task graded across the process boundary (`boundary`: the solution modules its tests
+    # call into): each variant's tests run alone in its tree, the solution in a server
+    # process under a uid of its own (Docker: the next after the variants'), in a copy of
+    # the workspace that uid owns; its calls and values cross a socket (opd_grading.serve).
+    boundary = request.get("boundary")
+    if boundary is not None:
+        boundary = [str(m) for m in boundary]
+        if not boundary or not all(m.isidentifier() for m in boundary):
+            raise SystemExit(f"boundary modules must be module names, got {boundary!r}")
+    server_uid = uid + 1 + len(variants_in) if uid is not None and boundary else None
+    processes = AgentProcesses(uid, [*uids, server_uid])
+    if uid is not None:  # nothing of a variant's (or the server's) uid waits
+        processes.kill({*uids, server_uid} - {None}, spare={zygote_pid})
     verdict = None
     tmp = tempfile.gettempdir()
     places = [tmp, *SHARED_PLACES]
     workspace_mode = None
     base = tempfile.mkdtemp(prefix="opd-grade-", dir=tmp)
     trees = []
+    server_trees = []
     try:
         os.chmod(base, 0o711)  # the agent may enter what it is told of, never list it
         token = lambda: os.urandom(12).hex()  # noqa: E731
@@ -1656,11 +2122,19 @@ def main():
             # one uid (bwrap/local): the variant runs in its staging tree
             tree = os.path.join(base, token()) if uid is not None else own_folder(base, token())
             os.mkdir(tree, 0o755)
-            copy_workspace(workspace, tree, test_dirs, skipped if index == 0 else [])
+            if boundary is None:  # across the boundary, the hidden tests are alone in it
+                copy_workspace(workspace, tree, test_dirs, skipped if index == 0 else [])
             overlay(tree, variant["files"])
             if uid is not None:
                 freeze(tree)
             staging.append(tree)
+        server_staging = None
+        if boundary is not None:  # what each variant's solution server gets a copy of
+            server_staging = os.path.join(base, token())
+            os.mkdir(server_staging, 0o755)
+            copy_workspace(workspace, server_staging, set(), skipped)
+            if uid is not None:
+                freeze(server_staging)
         if uid is not None:  # the variants may not even read the agent's workspace
             workspace_mode = os.stat(workspace).st_mode & 0o7777
             as_user(uid, os.chmod, workspace, 0o700)
@@ -1683,9 +2157,15 @@ def main():
         random.SystemRandom().shuffle(order)
         trees = [staging[i] if uid is None else own_folder(base, token())
                  for i in range(len(staging))]
+        if boundary is not None:
+            server_trees = [own_folder(base, token()) for _ in staging]
         lines = {}
         for i in order:
+            server = None if boundary is None else {
+                "tree": server_trees[i], "uid": server_uid, "tmp": tmp, "path": path,
+                "env": env, "modules": boundary}
             lines[i] = json.dumps({
+                "server": server,
                 "slot": i, "tree": trees[i], "uid": uids[i], "tmp": tmp, "path": path,
                 "env": env, "opd_dir": opd_dirs[i], "select": select, "doctests": doctests,
                 "skip": skips[i], "probe_state": probe_state,
@@ -1696,12 +2176,16 @@ def main():
         zygote_alive = {zygote_pid}
         for i in order:  # one variant at a time: none is alive while another runs
             variant_tree(staging[i], trees[i], uids[i], ini_name, ini_text)
+            if boundary is not None:
+                variant_tree(server_staging, server_trees[i], server_uid)
             os.write(commands_w, lines[i].encode("utf-8", "surrogatepass"))
             supervisor.run(variants[i])
-            processes.kill({uids[i]} - {None}, spare=zygote_alive)
-            if uids[i] is not None:
-                as_user(uids[i], remove_owned, uids[i], places)
+            processes.kill({uids[i], server_uid} - {None}, spare=zygote_alive)
+            for owner in {uids[i], server_uid} - {None}:
+                as_user(owner, remove_owned, owner, places)
             remove_variant_tree(trees[i], uids[i])
+            if boundary is not None:
+                remove_variant_tree(server_trees[i], server_uid)
         os.close(commands_w)
         commands_w = None
         processes.kill_all()
@@ -1718,6 +2202,10 @@ def main():
                     as_user(variant_uid, remove_owned, variant_uid, places)
                     if index < len(trees):
                         remove_variant_tree(trees[index], variant_uid)
+            if server_uid is not None:
+                as_user(server_uid, remove_owned, server_uid, places)
+            for server_tree in server_trees:
+                remove_variant_tree(server_tree, server_uid)
             if workspace_mode is not None:
                 as_user(uid, os.chmod, workspace, workspace_mode)
         except Exception:

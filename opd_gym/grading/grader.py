@@ -91,7 +91,7 @@ from opd_gym.grading.verdict import (
     parse_verdict,
     state_culprits,
 )
-from opd_gym.records.task import Task
+from opd_gym.records.task import BOUNDARY_KEY, Task
 from opd_gym.sandboxes import (
     FileTooLarge,
     PathRefused,
@@ -143,12 +143,28 @@ def select_files(task: Task, files: Mapping[str, bytes]) -> tuple[dict[str, byte
     return keep, sorted(dropped)
 
 
+def boundary_modules(task: Task) -> tuple[str, ...]:
+    """The solution modules of a task graded across the process boundary (its
+    `metadata["boundary"]`, set by the HumanEval and MBPP adapters), () for any other task.
+
+    Such a task's tests run alone in their pytest process and call the solution, which runs
+    in a process of its own, through `opd_grading.entry`: values cross as plain data only,
+    so no solution can reach the test's frames, pytest or the other run, and the grader
+    needs no canary or held expectation for it (`rules`: row "boundary")."""
+    modules = task.metadata.get(BOUNDARY_KEY)
+    if not isinstance(modules, list | tuple) or not all(
+            isinstance(m, str) and m.isidentifier() for m in modules):
+        return ()
+    return tuple(modules)
+
+
 def task_key(task: Task) -> str:
     """A hash of everything that decides a task's grade: tests, starter, reference, settings."""
     content = json.dumps(
         [sorted(task.tests.items()), sorted(task.files.items()), sorted(task.solution.items()),
          task.pytest_ini, list(task.test_ids or ()), task.timeout,
-         sorted((p, hashlib.sha256(d).hexdigest()) for p, d in task.assets.items())],
+         sorted((p, hashlib.sha256(d).hexdigest()) for p, d in task.assets.items()),
+         *([list(boundary_modules(task))] if boundary_modules(task) else [])],
         sort_keys=True,
     )
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
@@ -180,8 +196,8 @@ def solution_modules(task: Task) -> frozenset[str]:
 # The stored calibrations' format: bumped when Calibration's fields or the rules deciding them
 # change (in_process: 2; second: 3; a canary that errored on the reference is invalid: 4), so
 # a store written by an older version is calibrated again, not read with a new field at its
-# default.
-CALIBRATION_FORMAT = 4
+# default; boundary: 5.
+CALIBRATION_FORMAT = 5
 
 
 def runs_in_process(task: Task) -> bool:
@@ -504,10 +520,13 @@ class Grader:
                                  solution_modules=solution_modules(task))
         bare = CanarySet({}, canaries.tests)  # both variants alike: no canary can hang them
         selected = {base_id(i) for i in task.test_ids or ()}
+        boundary = bool(boundary_modules(task))
+        if boundary:  # no solution code runs beside the tests: nothing for a twin to catch
+            canaries = bare
 
         solution = solution_modules(task)
         probes = held_sites.candidates(hidden_files(task), paths, solution=solution) \
-            if self.hold else None
+            if self.hold and not boundary else None
         # a clone copies its test's decorators: none of a test held per parametrize case
         per_case = held_sites.parametrized(hidden_files(task), paths) if probes else frozenset()
 
@@ -519,8 +538,9 @@ class Grader:
             return (not selected or site.test_id in selected) and compatible(
                 site, canary.edits if canary else ())
 
-        candidates = tuple(choose([s for s in sentinel_sites(hidden_files(task), paths)
-                                   if usable(s)], SENTINEL_CANDIDATES, random.Random(seed)))
+        candidates = () if boundary else tuple(choose(
+            [s for s in sentinel_sites(hidden_files(task), paths) if usable(s)],
+            SENTINEL_CANDIDATES, random.Random(seed)))
 
         def files(texts: Mapping[str, str]) -> dict[str, bytes]:  # beside the task's assets
             return select_files(task, {**task.assets,
@@ -536,7 +556,7 @@ class Grader:
         # never pays.
         starter_passed = _passed(starter_run)
         if not task.solution:
-            return Calibration(canaries, starter_passed=starter_passed)
+            return Calibration(canaries, starter_passed=starter_passed, boundary=boundary)
         null_run = self._finished(task, files(null_submission(task)), bare, sentinels=candidates,
                                   count=len(candidates), calibrating="the null submission",
                                   single=True, **first)
@@ -544,7 +564,7 @@ class Grader:
         reference = files({**task.files, **task.solution})
         ref_run, canaries, candidates = self._reference_run(
             task, reference, canaries, "the reference solution", candidates, probes)
-        if not ref_run.timed_out:
+        if not ref_run.timed_out and not boundary:  # without canaries, nothing can leak
             ref_run, canaries, candidates = self._without_leaks(
                 task, reference, ref_run, canaries, candidates, probes)
         if ref_run.reason:
@@ -584,8 +604,10 @@ class Grader:
                            null_passed=null_passed, neutral=neutral, calibrated=True,
                            reference_ids=frozenset(ref_run.real),
                            sentinels=_checked(candidates, (starter_run, null_run, ref_run)),
-                           held=held, computed=computed,
-                           in_process=self.hold and runs_in_process(task))
+                           held=held, computed=computed, boundary=boundary,
+                           in_process=self.hold and not boundary and runs_in_process(task))
+        if boundary:  # every test real, in one run: there is no second run to shape
+            return done
         return dataclasses.replace(done, second=self._second(task, reference, done, ref_run))
 
     def _witness(self, task: Task, reference: dict[str, bytes], canaries: CanarySet,
@@ -981,6 +1003,7 @@ class Grader:
             doctests=doctests,  # their examples come from the pristine text, the code is live
             skip=variants.skip[:count],  # tests that run in one variant only (once.py)
             probe_state=probe_state,
+            boundary=boundary_modules(task) or None,  # the solution in a process of its own
         )
         limit = count * task.timeout + HARNESS_MARGIN
         try:
@@ -995,6 +1018,7 @@ class Grader:
 
 
 __all__ = [
-    "CANARY_REDRAWS", "GRADE_DIR", "NULL_MODULE", "CalibrationError", "Grader", "SandboxSource",
-    "base_id", "null_submission", "select_files", "task_key",
+    "BOUNDARY_KEY", "CANARY_REDRAWS", "GRADE_DIR", "NULL_MODULE", "CalibrationError", "Grader",
+    "SandboxSource", "base_id", "boundary_modules", "null_submission", "select_files",
+    "task_key",
 ]

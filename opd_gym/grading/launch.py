@@ -50,7 +50,7 @@ def harness_request(
     workspace: str, uid: int | None, timeout: float, variants: Sequence[Mapping[str, str]],
     ini: str | None, args: Sequence[str], select: Sequence[str] | None = None,
     doctests: Mapping[str, str] | None = None, skip: Sequence[Iterable[str]] = (),
-    probe_state: bool = False,
+    probe_state: bool = False, boundary: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """What the harness reads on stdin (request version 3).
 
@@ -72,6 +72,9 @@ def harness_request(
     entry also gets a digest of the module-level state it left changed (calibration's leak
     probe; an optional field too). `env` (always sent, optional to the harness): the suite
     environment each variant runs with, the agent's terminal's (`sandboxes.environment`).
+    `boundary` (optional): the solution modules of a task graded across the process
+    boundary: each variant's tree then holds only its hidden files, and the solution runs
+    in a server process of its own uid that the tests call through `opd_grading.entry`.
     """
     return {
         "version": 3, "workspace": workspace, "agent_uid": uid, "timeout": float(timeout),
@@ -83,6 +86,7 @@ def harness_request(
                      for i, files in enumerate(variants)],
         "env": suite_environment(),
         **({"probe_state": True} if probe_state else {}),
+        **({"boundary": [str(m) for m in boundary]} if boundary else {}),
     }
 
 
@@ -90,7 +94,7 @@ def run_harness_here(
     workspace: str | os.PathLike[str], variants: Sequence[Mapping[str, str]], *,
     ini: str | None = None, args: Sequence[str] = (), timeout: float = 60.0,
     select: Sequence[str] | None = None, doctests: Mapping[str, str] | None = None,
-    skip: Sequence[Iterable[str]] = (),
+    skip: Sequence[Iterable[str]] = (), boundary: Sequence[str] | None = None,
 ) -> bytes:
     """Run the harness as a plain local process on a workspace directory (no isolation).
 
@@ -100,7 +104,7 @@ def run_harness_here(
     stdout (the verdict is its last line).
     """
     request = harness_request(os.fspath(workspace), None, timeout, variants, ini, args, select,
-                              doctests, skip)
+                              doctests, skip, boundary=boundary)
     env = dict(item.split("=", 1) for item in HARNESS_ENV)
     env["PATH"] = os.environ.get("PATH", env["PATH"])
     proc = subprocess.run(

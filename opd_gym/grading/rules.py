@@ -25,7 +25,9 @@ class Facts:
     `canary` (it has a canary), `canary_earns` (every expectation of it is one a canary can
     change: `Canary.earns`), `canary_why` (else why not), `canary_invalid` (its canary did not
     fail on the reference: passed, errored or skipped), `computed` (the host holds a value it
-    computes), `held` (an expectation of it is held on the host). Per task: `held_only` (only
+    computes), `held` (an expectation of it is held on the host), `boundary` (its task is
+    graded across the process boundary: the tests and the solution run in separate processes
+    and only plain data crosses, grader.boundary_modules). Per task: `held_only` (only
     held tests earn), `too_few_unheld` (the tests that would earn on canaries alone are too
     few to pay nothing to a coin-flipping forgery).
     """
@@ -39,6 +41,7 @@ class Facts:
     canary_invalid: bool = False
     computed: bool = False
     held: bool = False
+    boundary: bool = False
     held_only: bool = False
     too_few_unheld: bool = False
 
@@ -70,6 +73,10 @@ RULES: tuple[Rule, ...] = (
          "the untouched starter passes it, so passing it shows no work: it must keep passing"),
     Rule("empty-passes", GATE, True, lambda f: f.null_passed,
          "an empty solution passes it, so passing it shows no work: it must keep passing"),
+    Rule("boundary", EARNS, True, lambda f: f.boundary,
+         "it runs in a process of its own and reaches the solution only through calls whose "
+         "arguments and results cross as plain data, so no solution can touch the test, and "
+         "passing it takes the answer"),
     Rule("canary-not-failed", GATE, True, lambda f: f.canary_invalid,
          "its canary (the test with one expectation changed) did not fail on the reference "
          "solution (it passed, errored or was skipped), so it cannot tell a forgery"),
@@ -111,9 +118,10 @@ def decide(facts: Facts) -> Rule:
 
 
 def earns_on_its_own(facts: Facts) -> bool:
-    """No row decided by the test's own facts makes it a gate or neutral (the task-level rows
-    count such tests)."""
-    return not any(rule.own and rule.applies(facts) for rule in RULES)
+    """The first row decided by the test's own facts that applies, if any, makes it earn (the
+    task-level rows count such tests): none applies, or it is "boundary"."""
+    rule = next((rule for rule in RULES if rule.own and rule.applies(facts)), None)
+    return rule is None or rule.role == EARNS
 
 
 __all__ = ["BY_NAME", "CANARY_FAILURES", "EARNS", "GATE", "NEUTRAL", "RULES", "Facts", "Rule",

@@ -417,6 +417,10 @@ class Calibration:
     computed: Mapping[str, Mapping[int, Recorded]] | None = None
     in_process: bool = False
     second: frozenset[str] | None = None
+    # the task is graded across the process boundary (grader.boundary_modules): no canary,
+    # nothing held; every test the reference passes and the starter and null submission fail
+    # earns (rules: "boundary")
+    boundary: bool = False
 
     @property
     def earning(self) -> frozenset[str]:
@@ -448,7 +452,8 @@ class Calibration:
             canary_invalid=nodeid in self.invalid,
             # a test comparing with what it computes earns where the host holds that value:
             # the answer is nowhere in the sandbox (computed.py), with or without a canary
-            computed=base in (self.computed or {}), held=base in (self.held or {}))
+            computed=base in (self.computed or {}), held=base in (self.held or {}),
+            boundary=self.boundary)
 
     @cached_property
     def held_only(self) -> bool:
@@ -479,6 +484,10 @@ class Calibration:
                     "solution's result with a literal, or more tests")
         counts = Counter(self.rule(i).name for i in self.reference_ids)
         seen = ", ".join(f"{name} {n}" for name, n in counts.most_common()) or "no test ran"
+        if self.boundary:
+            return ("the task cannot be verified: no hidden test passes on the reference "
+                    "solution and fails on the untouched starter and on an empty solution "
+                    f"(tests per rule: {seen})")
         return ("the task cannot be verified: no hidden test both has a valid canary and "
                 f"fails on the untouched starter and on an empty solution (tests per rule: "
                 f"{seen})")

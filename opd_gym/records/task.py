@@ -10,6 +10,10 @@ from typing import Any
 
 from opd_gym.errors import DatasetError
 
+# Task.metadata key of a task graded across the process boundary: the solution modules its
+# hidden tests call into through `opd_grading.entry` (opd_gym.grading.grader.boundary_modules)
+BOUNDARY_KEY = "boundary"
+
 
 def _frozen(files: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(files or {}))

@@ -16,7 +16,7 @@ from typing import Any
 
 from opd_gym import pyast
 from opd_gym.errors import DatasetError
-from opd_gym.records.task import Task
+from opd_gym.records.task import BOUNDARY_KEY, Task
 
 DEFAULT_CASE_TIMEOUT = 10.0
 _PYTHON3 = {3, "3", "PYTHON3", "python3"}
@@ -78,6 +78,24 @@ def _rebound(function, namespace):
                                function.__closure__)
 '''
 
+# a HumanEval row's one test: the dataset's check(candidate) closed over the row's tables
+_CHECK_TEST = '''
+
+def test_check():
+{tables}    def {inner}():
+{body}
+        return check
+
+    _run_check({inner})
+'''
+
+# an MBPP row's setup code and the names its asserts bind to the solution
+_MBPP_HEADER = '''
+SETUP = {setup}
+NAMES = {names}
+
+'''
+
 _HUMANEVAL_TEST = _ISOLATION + '''
 ENTRY_POINT = {entry}
 PROMPT = {prompt}
@@ -89,23 +107,57 @@ def _run_check(dataset_code):
     candidate = getattr(module, ENTRY_POINT)
     namespace[ENTRY_POINT] = candidate
     _rebound(dataset_code, namespace)()(candidate)
+''' + _CHECK_TEST
 
-
-def test_check():
-{tables}    def {inner}():
-{body}
-        return check
-
-    _run_check({inner})
-'''
-
-_MBPP_TEST = _ISOLATION + '''
-SETUP = {setup}
-NAMES = {names}
-
-
+_MBPP_TEST = _ISOLATION + _MBPP_HEADER + '''
 def _run_assert(assertion):
     _rebound(assertion, _namespace("mbpp_check", SETUP, NAMES)[1])()
+'''
+
+# The same tests across the process boundary (opd_gym/grading/launch.py `boundary`): the test
+# process never imports a file of the agent; each entry point is `opd_grading.entry(name)`, a
+# callable whose calls run in the solution's own process and whose values come back as plain
+# data. The dataset's check code, prompt helpers and setup code run here, in the tests.
+_BOUNDARY = '''\
+{doc}
+import builtins as _builtins
+import types as _types
+
+from opd_grading import entry as _entry
+
+_BUILTINS = dict(_builtins.__dict__)
+
+
+def _namespace(name, setup, bind):
+    # pristine builtins, pytest's assert helpers, the setup code, the `bind` entry points
+    namespace = {{"__name__": name, "__builtins__": dict(_BUILTINS)}}
+    namespace.update((k, v) for k, v in globals().items() if k.startswith("@"))
+    exec(compile(setup, "<" + name + " setup>", "exec"), namespace)
+    for attribute in bind:
+        namespace[attribute] = _entry(attribute)
+    return namespace
+
+
+def _rebound(function, namespace):
+    # the test's own tables reach the dataset code as closure cells
+    return _types.FunctionType(function.__code__, namespace, function.__name__, None,
+                               function.__closure__)
+'''
+
+_BOUNDARY_HUMANEVAL_TEST = _BOUNDARY + '''
+ENTRY_POINT = {entry}
+PROMPT = {prompt}
+
+
+def _run_check(dataset_code):
+    # the dataset's check(candidate), with the prompt's helpers, on solution.ENTRY_POINT
+    namespace = _namespace("humaneval_check", PROMPT, (ENTRY_POINT,))
+    _rebound(dataset_code, namespace)()(namespace[ENTRY_POINT])
+''' + _CHECK_TEST
+
+_BOUNDARY_MBPP_TEST = _BOUNDARY + _MBPP_HEADER + '''
+def _run_assert(assertion):
+    _rebound(assertion, _namespace("mbpp_check", SETUP, NAMES))()
 '''
 
 _MBPP_CASE = '''
@@ -208,8 +260,14 @@ def _parse(source: str, name: str) -> ast.Module:
         raise DatasetError(message) from exc
 
 
-def from_humaneval(row: Mapping[str, Any]) -> Task:
-    """HumanEval row -> task: complete `solution.py`; the dataset's `check()` grades it."""
+def from_humaneval(row: Mapping[str, Any], *, boundary: bool = True) -> Task:
+    """HumanEval row -> task: complete `solution.py`; the dataset's `check()` grades it.
+
+    `boundary` (the default): the check runs across the process boundary, calling the entry
+    point in the solution's own process (`_BOUNDARY`), so every test the reference passes and
+    the starter fails earns, a check computing its expectation at run time included; False:
+    the check imports the solution into its own process (canaries and held expectations).
+    """
     task_id = _field(row, "task_id")
     prompt, body = _field(row, "prompt"), _field(row, "canonical_solution")
     test, entry = _field(row, "test"), _field(row, "entry_point")
@@ -224,7 +282,8 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
     _embedded(test, "test")
     inner = _fresh("_dataset_code", _names(test) | _names(prompt) | {entry})
     tables, rest = _literal_tables(test, reserved={entry, inner} | _names(prompt))
-    tests = _compiles(_HUMANEVAL_TEST.format(
+    template = _BOUNDARY_HUMANEVAL_TEST if boundary else _HUMANEVAL_TEST
+    tests = _compiles(template.format(
         doc=_doc(f"Hidden tests for {task_id}: the dataset check() against solution.{entry}."),
         entry=repr(entry), prompt=repr(prompt), inner=inner,
         tables="".join(_indent(text, " " * 4) + "\n" for text in tables.values()),
@@ -235,16 +294,19 @@ def from_humaneval(row: Mapping[str, Any]) -> Task:
         f"and docstring:\n\n```python\n{prompt.rstrip()}\n```\n\nKeep the name and signature; "
         f"hidden tests import `{entry}` from `solution.py`."
     )
+    metadata: dict[str, Any] = {"source": "humaneval", "entry_point": entry}
+    if boundary:
+        metadata[BOUNDARY_KEY] = ["solution"]
     return Task(
         id=task_id, prompt=text, files={"solution.py": prompt},
         tests={"test_solution.py": tests}, solution={"solution.py": prompt + body},
-        tags=("humaneval", "function"), metadata={"source": "humaneval", "entry_point": entry},
+        tags=("humaneval", "function"), metadata=metadata,
     )
 
 
 _HEADER_NAMES = frozenset({"ENTRY_POINT", "PROMPT"}) | {
     "_builtins", "_importlib", "_types", "_BUILTINS", "_namespace", "_rebound", "_run_check",
-    "test_check"}
+    "test_check", "_entry"}
 
 
 def _literal_tables(test: str, reserved: set[str]) -> tuple[dict[str, str], str]:
@@ -315,8 +377,17 @@ def _stdlib_modules(asserts: list[str]) -> list[str]:
     return sorted(used & sys.stdlib_module_names)
 
 
-def from_mbpp(row: Mapping[str, Any]) -> Task:
-    """MBPP row (original or sanitized) -> task: write `solution.py`; one test per assert."""
+def _defines_class(source: str) -> bool:
+    return any(isinstance(node, ast.ClassDef) for node in ast.walk(pyast.parse(source)))
+
+
+def from_mbpp(row: Mapping[str, Any], *, boundary: bool = True) -> Task:
+    """MBPP row (original or sanitized) -> task: write `solution.py`; one test per assert.
+
+    `boundary` (the default): the asserts call the solution's functions across the process
+    boundary (see `from_humaneval`), unless an assert uses a class of the reference or the
+    setup code defines one (an object of it could not cross: the row is graded in one
+    process then, as with `boundary=False`)."""
     task_id = _field(row, "task_id", (int, str))
     text = _field(row, "text" if "text" in row or "prompt" not in row else "prompt")
     code = _field(row, "code")
@@ -335,7 +406,10 @@ def from_mbpp(row: Mapping[str, Any]) -> Task:
     prelude = "\n".join(part for part in [*imports, setup.strip()] if part)
     taken = _names(prelude) | {n for a in asserts for n in _names(a)}
     inner = _fresh("_assertion", taken)
-    tests = _MBPP_TEST.format(
+    functions = {node.name for node in _parse(code, "code").body
+                 if isinstance(node, ast.FunctionDef)}  # a coroutine is no plain data
+    boundary = boundary and set(names) <= functions and not _defines_class(prelude)
+    tests = (_BOUNDARY_MBPP_TEST if boundary else _MBPP_TEST).format(
         doc=_doc(f"Hidden tests for mbpp/{task_id}: one test per assert."),
         setup=repr(prelude + "\n"), names=repr(tuple(names)),
     ) + "".join(
@@ -352,7 +426,8 @@ def from_mbpp(row: Mapping[str, Any]) -> Task:
     return Task(
         id=f"mbpp/{task_id}", prompt=prompt, tests={"test_solution.py": tests},
         solution={"solution.py": code}, tags=("mbpp", "function"),
-        metadata={"source": "mbpp", "entry_points": names},
+        metadata={"source": "mbpp", "entry_points": names,
+                  **({BOUNDARY_KEY: ["solution"]} if boundary else {})},
     )
 
 

@@ -8,7 +8,15 @@ import json
 
 import pytest
 
-from opd_gym.grading import Calibration, build_report, build_variants, make_canaries, merge
+from opd_gym.grading import (
+    Calibration,
+    CanarySet,
+    Variants,
+    build_report,
+    build_variants,
+    make_canaries,
+    merge,
+)
 from opd_gym.grading.rules import (
     EARNS,
     GATE,
@@ -30,6 +38,8 @@ CASES = [
      NEUTRAL),
     ("starter-passes", Facts(starter_passed=True, null_passed=True, canary=True), GATE),
     ("empty-passes", Facts(null_passed=True, canary=True, canary_earns=True), GATE),
+    # across the process boundary: no canary, no held site, and still it earns
+    ("boundary", Facts(boundary=True, canary_invalid=True, too_few_unheld=True), EARNS),
     ("canary-not-failed", Facts(canary=True, canary_earns=True, canary_invalid=True,
                                 computed=True), GATE),
     ("no-expectation", Facts(), GATE),
@@ -142,3 +152,29 @@ def test_check_suite_fails_where_the_honest_code_would_earn_less_than_1():
     assert data["ok"] is False and data["tests"][1] == {
         "id": "t.py::b", "plain": "passed", "grader": "passed", "agree": True, "role": "gate",
         "rule": "starter-passes", "why": ""}
+
+
+def _boundary_report(outcomes, **fields):
+    """A one-run grade of a task graded across the process boundary: no canary at all."""
+    canaries = CanarySet({}, make_canaries(SOURCES, ["test_x.py"], 1).tests)
+    variants = build_variants(SOURCES, canaries)
+    variants = Variants((variants.files[0], variants.files[0]), dict.fromkeys(variants.real_in, 0))
+    run = {"exit": 0, "collect_errors": [], "timed_out": False, "output": "",
+           "tests": [{"id": i, "outcome": o} for i, o in zip(IDS, outcomes, strict=True)]}
+    data = {"version": 2, "variants": [run]}
+    merged = merge(parse_verdict(json.dumps(data).encode(), 1), set(IDS), True, canaries,
+                   variants)
+    calibration = Calibration(canaries, calibrated=True, reference_ids=frozenset(IDS),
+                              boundary=True, **fields)
+    return build_report(merged, calibration, {"task_id": "t"}, 0.1), calibration
+
+
+def test_across_the_boundary_every_test_the_starter_fails_earns_without_a_canary():
+    report, calibration = _boundary_report(["passed", "passed", "failed"],
+                                           starter_passed=frozenset(IDS[:1]))
+    assert [t.rule for t in report.tests] == ["starter-passes", "boundary", "boundary"]
+    assert calibration.earning == frozenset(IDS[1:]) and report.score == 0.5
+    assert not report.forgery and not report.infra_error
+    # where the starter passes every test, nothing earns: unverifiable, and it says why
+    none, _ = _boundary_report(["passed"] * 3, starter_passed=frozenset(IDS))
+    assert none.unverifiable and "fails on the untouched starter" in none.reason

@@ -27,7 +27,10 @@ pytestmark = pytest.mark.docker
 SUITE = load_suite("coding")
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 ROMAN = next(t for t in SUITE if t.id == "fix_roman_numerals")
-VOWELS = from_humaneval(json.loads((FIXTURES / "humaneval.jsonl").read_text().splitlines()[0]))
+# graded in one process (boundary=False): this corpus plays the canaries and held sites that
+# still guard such tasks; test_boundary_forgery.py plays forgeries across the boundary
+VOWELS = from_humaneval(json.loads((FIXTURES / "humaneval.jsonl").read_text().splitlines()[0]),
+                        boundary=False)
 # the shape of issue 22's forged HumanEval tasks: tolerance checks `abs(got - expected) < tol`
 FLOAT_ROW = {
     "task_id": "Float/0", "entry_point": "mean_gap",
@@ -40,7 +43,7 @@ FLOAT_ROW = {
             "    assert abs(0.25 - candidate([0.0, 0.25])) < 1e-6\n"
             "    assert abs(candidate([3.0, 1.0, 0.0]) - (-1.5)) < 1e-9\n",
 }
-FLOAT = from_humaneval(FLOAT_ROW)
+FLOAT = from_humaneval(FLOAT_ROW, boundary=False)
 
 # (task, module the forged function lives in, its name); 20 s budgets keep the hangs short
 HANG_TIMEOUT = 6.0

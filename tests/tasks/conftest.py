@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from opd_gym.grading import parse_verdict, run_harness_here, test_paths
+from opd_gym.grading.grader import boundary_modules
 from opd_gym.tasks import Task
 
 Grader = Callable[..., subprocess.CompletedProcess]
@@ -26,7 +27,8 @@ def write_files(root: Path, files: Mapping[str, str]) -> None:
 
 
 def run_hidden_tests(workdir: Path, task: Task, overlay: Mapping[str, str] | None = None):
-    """Place starter files, then `overlay`; run the real grading harness on them, unsandboxed.
+    """Place starter files, then `overlay`; run the real grading harness on them, unsandboxed
+    (across the process boundary where the task says so: `grader.boundary_modules`).
 
     Returns a CompletedProcess whose returncode is pytest's exit status and whose stdout is
     pytest's output, as the harness reports them.
@@ -34,7 +36,8 @@ def run_hidden_tests(workdir: Path, task: Task, overlay: Mapping[str, str] | Non
     write_files(workdir, task.files)
     write_files(workdir, overlay or {})
     raw = run_harness_here(workdir, [dict(task.tests)] * 2, ini=task.pytest_ini,
-                           args=test_paths(task), timeout=task.timeout)
+                           args=test_paths(task), timeout=task.timeout,
+                           boundary=boundary_modules(task) or None)
     verdict = parse_verdict(raw)["variants"][0]  # both variants hold the real tests here
     return subprocess.CompletedProcess(
         ["opd-grade", task.id], verdict["exit"], verdict["output"], ""

@@ -262,7 +262,7 @@ def test_a_check_looping_over_a_literal_table_pays_the_reference(row, local_pool
     while a wrong answer, an always-equal object and a reader of the test's frames earn 0."""
     from opd_gym.grading import Grader
 
-    task = from_humaneval(row)
+    task = from_humaneval(row, boundary=False)  # in one process: held on the host
     assert "def test_check():\n    " in task.tests["test_solution.py"]
     grader = Grader(local_pool)
     entry, prompt = row["entry_point"], row["prompt"]
