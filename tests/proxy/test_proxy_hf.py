@@ -109,3 +109,17 @@ def test_tool_calls_in_the_template_format_come_back_as_openai_tool_calls(tiny_m
                {"role": "tool", "tool_call_id": calls[0]["id"], "content": "a.py"}]
     ids = backend.prompt_ids({"messages": history, "tools": tools})
     assert '"command": "ls"' in tiny_tokenizer.decode(ids)
+
+
+def test_a_template_whose_tool_format_is_unknown_gets_its_text_back_unparsed(tiny_model,
+                                                                             tiny_model_path,
+                                                                             tools):
+    from transformers import AutoTokenizer
+
+    plain = AutoTokenizer.from_pretrained(tiny_model_path)  # its own copy: not the shared one
+    plain.chat_template = ("{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + "
+                           "m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}")
+    backend = TransformersBackend(tiny_model, tokenizer=plain)
+    text = '<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}</tool_call>'
+    # no format is guessed for a template that shows none: the text is the answer
+    assert backend._tool_calls(text, tools) == (text, None)

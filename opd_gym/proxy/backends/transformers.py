@@ -105,6 +105,10 @@ class TransformersBackend:
         """The completion as stream chunks (sampled first; errors raise before streaming)."""
         return _as_chunks(await self.complete(body, headers), body)
 
+    async def count_tokens(self, body: dict[str, Any], headers: Mapping[str, str]) -> int:
+        """The length of the prompt `complete` would sample from."""
+        return len(await asyncio.to_thread(self.prompt_ids, body))
+
     async def aclose(self) -> None:
         """Nothing to release (the model stays with its owner)."""
 
@@ -121,6 +125,10 @@ class TransformersBackend:
         """Sample one turn for a chat request; the response in vLLM's extended format."""
         import torch
 
+        if body.get("stop"):
+            raise ProxyRequestError("the in-process transformers backend does not apply stop "
+                                    "sequences ('stop' / 'stop_sequences'); serve the model "
+                                    "with vLLM (--upstream) to use them")
         prompt = self.prompt_ids(body)
         temperature = float(body.get("temperature", 1.0) if body.get("temperature")
                             is not None else 1.0)
@@ -187,11 +195,15 @@ class TransformersBackend:
 
     def _tool_calls(self, text: str, tools: Sequence[Mapping[str, Any]]
                     ) -> tuple[str | None, list[dict[str, Any]] | None]:
-        """Calls the model wrote in its template's tool format, for the requested tools."""
-        from opd_gym.tools.formats import get_tool_format
+        """Calls the model wrote in its template's tool format, for the requested tools; a
+        template whose format is not known has its text returned as is (no guessed format)."""
+        from opd_gym.tools.formats import detect_tool_format, get_tool_format
 
+        family = detect_tool_format(self.tokenizer)
+        if family is None:
+            return text, None
         names = {(t.get("function") or {}).get("name") for t in tools}
-        parsed = get_tool_format(self.tokenizer).parse(text, tools=names)
+        parsed = get_tool_format(family).parse(text, tools=names)
         calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                   "function": {"name": c.name,
                                "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
