@@ -127,10 +127,11 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             raise ProxyRequestError(f"tools[{i}] is a {tool['type']!r} server tool; the "
                                     "recording proxy serves client tools (name, "
                                     "description, input_schema) only")
-        function = {"name": tool["name"], "parameters": tool.get("input_schema") or
-                    {"type": "object", "properties": {}}}
+        # OpenAI's field order (name, description, parameters), as vLLM renders tools
+        function: dict[str, Any] = {"name": tool["name"]}
         if tool.get("description"):
             function["description"] = tool["description"]
+        function["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
         out.append({"type": "function", "function": function})
     return out or None
 

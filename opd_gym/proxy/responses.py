@@ -90,10 +90,11 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             kind = tool.get("type") if isinstance(tool, dict) else None
             raise ProxyRequestError(f"tools[{i}] is a {kind!r} tool; the recording proxy "
                                     "serves function tools (type, name, parameters) only")
-        function = {"name": tool["name"], "parameters": tool.get("parameters") or
-                    {"type": "object", "properties": {}}}
+        # OpenAI's field order (name, description, parameters), as vLLM renders tools
+        function: dict[str, Any] = {"name": tool["name"]}
         if tool.get("description"):
             function["description"] = tool["description"]
+        function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
         out.append({"type": "function", "function": function})
     return out or None
 

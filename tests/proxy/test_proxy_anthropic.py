@@ -20,8 +20,8 @@ TOOLS = [{"name": "terminal", "description": "Run a shell command in the workspa
           "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
                            "required": ["command"]}}]
 CHAT_TOOLS = [{"type": "function", "function": {
-    "name": "terminal", "parameters": TOOLS[0]["input_schema"],
-    "description": "Run a shell command in the workspace."}}]
+    "name": "terminal", "description": "Run a shell command in the workspace.",
+    "parameters": TOOLS[0]["input_schema"]}}]
 USER = [{"role": "user", "content": "List the files, please."}]
 
 

@@ -25,8 +25,8 @@ TOOLS = [{"type": "function", "name": "terminal",
           "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
                          "required": ["command"]}}]
 CHAT_TOOLS = [{"type": "function", "function": {
-    "name": "terminal", "parameters": TOOLS[0]["parameters"],
-    "description": "Run a shell command in the workspace."}}]
+    "name": "terminal", "description": "Run a shell command in the workspace.",
+    "parameters": TOOLS[0]["parameters"]}}]
 INSTRUCTIONS = "You are a careful coding assistant."
 
 
