@@ -4,7 +4,7 @@ The prompt is the tokenizer's chat template applied to the request's messages (w
 `tools`), so `prompt_token_ids` are exactly what the model saw. Sampling uses `generate` with
 its scores: each sampled id's logprob is the log-softmax of the processed scores at its
 step, i.e. under the distribution it was drawn from (temperature applied, renormalised over
-the top-p nucleus; the raw model distribution at temperature 1 and top_p 1). Streaming is
+the top-k / top-p nucleus; the raw model distribution at temperature 1 and top_p 1). Streaming is
 served after the whole turn is sampled (one content chunk), in the same chunk format.
 """
 
@@ -133,8 +133,11 @@ class TransformersBackend:
         temperature = float(body.get("temperature", 1.0) if body.get("temperature")
                             is not None else 1.0)
         top_p = float(body.get("top_p") if body.get("top_p") is not None else 1.0)
-        if temperature < 0 or not 0.0 < top_p <= 1.0:
-            raise ProxyRequestError("temperature must be >= 0 and top_p in (0, 1]")
+        top_k = body.get("top_k")
+        if temperature < 0 or not 0.0 < top_p <= 1.0 or not (
+                top_k is None or (isinstance(top_k, int) and not isinstance(top_k, bool))):
+            raise ProxyRequestError("temperature must be >= 0, top_p in (0, 1] and top_k an "
+                                    "integer (0 or -1: off)")
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_tokens
         budget = int(cap)
         if self.max_model_len:
@@ -150,7 +153,8 @@ class TransformersBackend:
             sample = temperature > 0
             options: dict[str, Any] = {"do_sample": sample, "top_k": 0}
             if sample:
-                options.update(temperature=temperature, top_p=top_p)
+                options.update(temperature=temperature, top_p=top_p,
+                               top_k=max(int(top_k or 0), 0))
             with torch.random.fork_rng(devices=[]), torch.no_grad():
                 torch.manual_seed(int(seed))
                 out = self.model.generate(
