@@ -186,6 +186,10 @@ def test_the_sdk_raises_its_own_errors_for_refused_calls(hf_proxy, claude):
         claude(key).messages.create(model="tiny", max_tokens=2, messages=[
             {"role": "user", "content": [{"type": "tool_result", "content": "x"}]}])
     assert hf_proxy.close_episode(key) == []
+    # a route the proxy does not serve: a clear Anthropic-shaped 404, not an HTML page
+    missing = httpx.post(f"{hf_proxy.url}/v1/messages/batches", json={})
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "not_found_error"
 
 
 def test_count_tokens_is_the_templates_count_and_models_list_in_anthropic_shape(
