@@ -1,4 +1,5 @@
-"""A recording model proxy: an OpenAI-compatible chat endpoint on loopback that forwards each
+"""A recording model proxy: an OpenAI-compatible chat endpoint on loopback (also serving
+Anthropic Messages and OpenAI Responses, converted to the same chat call) that forwards each
 call to a vLLM server or an in-process transformers model and records, per episode, the
 exact prompt ids, sampled ids and logprobs of every call (token-exact turns for the env).
 

@@ -1,10 +1,13 @@
-"""The proxy's HTTP surface (FastAPI): OpenAI chat completions per episode, and a small
-control API to open episodes and read their turns.
+"""The proxy's HTTP surface (FastAPI): OpenAI chat completions, Anthropic Messages and
+OpenAI Responses per episode, and a small control API to open episodes and read their turns.
 
-Routes: `POST /<key>/v1/chat/completions` (or `/v1/chat/completions` with the episode in
-the `X-OPD-Episode` header), `GET [/<key>]/v1/models`, and `POST /opd/episodes`,
-`GET|DELETE /opd/episodes/<key>`. Every refusal is an OpenAI-style error body; a call is
-recorded only when the model answered completely with its exact ids.
+Routes: `POST /<key>/v1/chat/completions`, `/<key>/v1/messages` and `/<key>/v1/responses`
+(or the same under `/v1/` with the episode in the `X-OPD-Episode` header),
+`POST [/<key>]/v1/messages/count_tokens`, `GET [/<key>]/v1/models`, and
+`POST /opd/episodes`, `GET|DELETE /opd/episodes/<key>`. Messages and Responses requests are
+converted to the chat request (`anthropic.py`, `responses.py`) and go through the same
+rendering, sampling and recording. Every refusal is an error body in the API's own shape;
+a call is recorded only when the model answered completely with its exact ids.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from opd_gym.proxy import anthropic, responses
 from opd_gym.proxy.backends.base import Backend
 from opd_gym.proxy.errors import ProxyError, ProxyRequestError
 from opd_gym.proxy.protocol import (
@@ -35,8 +39,17 @@ from opd_gym.proxy.recording import EpisodeRegistry
 EPISODE_HEADER = "x-opd-episode"
 
 
-def error_response(error: ProxyError) -> JSONResponse:
-    """An OpenAI-style error response for `error`."""
+def speaks_anthropic(request: Request) -> bool:
+    """Whether a call is answered in Anthropic's shape (its Messages routes, or a client
+    sending Anthropic's `anthropic-version` header)."""
+    return "/v1/messages" in request.url.path or "anthropic-version" in request.headers
+
+
+def error_response(error: ProxyError, request: Request | None = None) -> JSONResponse:
+    """An error response for `error`, in Anthropic's shape for an Anthropic call, else
+    OpenAI's (which the Responses API shares)."""
+    if request is not None and speaks_anthropic(request):
+        return JSONResponse(anthropic.error_body(error), status_code=error.status)
     return JSONResponse(error.to_openai(), status_code=error.status)
 
 
@@ -62,13 +75,13 @@ def build_app(backend: Backend, registry: EpisodeRegistry) -> FastAPI:
 
     @app.exception_handler(ProxyError)
     async def on_proxy_error(request: Request, exc: ProxyError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         error = ProxyRequestError(f"{request.method} {request.url.path}: {exc.detail}")
         error.status = exc.status_code
-        return error_response(error)
+        return error_response(error, request)
 
     async def read_json(request: Request) -> Any:
         raw = await request.body()
@@ -105,14 +118,79 @@ def build_app(backend: Backend, registry: EpisodeRegistry) -> FastAPI:
     async def chat_by_path(key: str, request: Request) -> Response:
         return await chat(request, key)
 
+    async def converted(request: Request, path_key: str | None, api: str) -> Response:
+        """A Messages or Responses call: converted to the chat request, sampled and
+        recorded as a chat call is, and answered in the API's own shape."""
+        key = episode_key(path_key, request.headers)
+        registry.get(key)
+        given = await read_json(request)
+        body = check_request(anthropic.to_chat(given) if api == "anthropic"
+                             else responses.to_chat(given))
+        sent = with_exact_ids(body)
+        context = {"messages": body["messages"], "tools": body.get("tools"),
+                   "sampling": sampling_of(body)}
+        started = time.perf_counter()
+        if not body.get("stream"):
+            response = await backend.complete(sent, request.headers)
+            sampled = sampled_from_response(response)
+            # converted before recording: an answer the client cannot get is not recorded
+            answer = anthropic.from_chat(response, sampled) if api == "anthropic" else \
+                responses.from_chat(response, sampled, given)
+            registry.record(str(key), sampled, stream=False,
+                            model_seconds=time.perf_counter() - started, **context)
+            return JSONResponse(answer)
+        chunks = await backend.stream(sent, request.headers)
+        events = anthropic.MessagesStream(body.get("model")) if api == "anthropic" else \
+            responses.ResponsesStream(given)
+        return StreamingResponse(_relay_events(events, chunks, registry, str(key), context,
+                                               started), media_type="text/event-stream")
+
+    @app.post("/v1/messages")
+    async def messages_by_header(request: Request) -> Response:
+        return await converted(request, None, "anthropic")
+
+    @app.post("/{key}/v1/messages")
+    async def messages_by_path(key: str, request: Request) -> Response:
+        return await converted(request, key, "anthropic")
+
+    @app.post("/v1/responses")
+    async def responses_by_header(request: Request) -> Response:
+        return await converted(request, None, "responses")
+
+    @app.post("/{key}/v1/responses")
+    async def responses_by_path(key: str, request: Request) -> Response:
+        return await converted(request, key, "responses")
+
+    async def count_tokens(request: Request) -> Response:
+        body = check_request(anthropic.to_chat(await read_json(request), counting=True))
+        return JSONResponse({"input_tokens": await backend.count_tokens(body,
+                                                                        request.headers)})
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens_plain(request: Request) -> Response:
+        key = episode_key(None, request.headers)
+        if key:
+            registry.get(key)
+        return await count_tokens(request)
+
+    @app.post("/{key}/v1/messages/count_tokens")
+    async def count_tokens_by_path(key: str, request: Request) -> Response:
+        registry.get(episode_key(key, request.headers))
+        return await count_tokens(request)
+
+    async def listing(request: Request) -> Response:
+        found = await backend.models(request.headers)
+        return JSONResponse(anthropic.models_listing(found) if speaks_anthropic(request)
+                            else found)
+
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        return JSONResponse(await backend.models(request.headers))
+        return await listing(request)
 
     @app.get("/{key}/v1/models")
     async def models_by_path(key: str, request: Request) -> Response:
         registry.get(episode_key(key, request.headers))
-        return JSONResponse(await backend.models(request.headers))
+        return await listing(request)
 
     @app.post("/opd/episodes")
     async def open_episode(request: Request) -> Response:
@@ -157,3 +235,31 @@ async def _relay(chunks: AsyncIterator[dict[str, Any]], asked: Mapping[str, Any]
         if recorder.failed is None:  # the model's own error event was already relayed
             yield f"data: {json.dumps(exc.to_openai())}\n\n".encode()
     yield b"data: [DONE]\n\n"
+
+
+async def _relay_events(events: anthropic.MessagesStream | responses.ResponsesStream,
+                        chunks: AsyncIterator[dict[str, Any]], registry: EpisodeRegistry,
+                        key: str, context: dict[str, Any], started: float
+                        ) -> AsyncIterator[bytes]:
+    """Send a stream's chunks as the API's events and record the turn once the model
+    finished; the closing events follow the record, an error event replaces them."""
+    recorder = StreamRecorder()
+    try:
+        async for chunk in chunks:
+            recorder.add(chunk)
+            for event in events.feed(chunk):
+                yield event
+    finally:
+        close = getattr(chunks, "aclose", None)
+        if close is not None:
+            await close()
+    try:
+        sampled = recorder.sampled()
+        registry.record(key, sampled, stream=True,
+                        model_seconds=time.perf_counter() - started, **context)
+    except ProxyError as exc:
+        for event in events.error(exc):
+            yield event
+        return
+    for event in events.finish(sampled):
+        yield event

@@ -109,3 +109,35 @@ def test_tool_calls_in_the_template_format_come_back_as_openai_tool_calls(tiny_m
                {"role": "tool", "tool_call_id": calls[0]["id"], "content": "a.py"}]
     ids = backend.prompt_ids({"messages": history, "tools": tools})
     assert '"command": "ls"' in tiny_tokenizer.decode(ids)
+
+
+def test_a_template_whose_tool_format_is_unknown_gets_its_text_back_unparsed(tiny_model,
+                                                                             tiny_model_path,
+                                                                             tools):
+    from transformers import AutoTokenizer
+
+    plain = AutoTokenizer.from_pretrained(tiny_model_path)  # its own copy: not the shared one
+    plain.chat_template = ("{%- for m in messages -%}{{- '<|im_start|>' + m['role'] + '\\n' + "
+                           "m['content'] + '<|im_end|>\\n' -}}{%- endfor -%}")
+    backend = TransformersBackend(tiny_model, tokenizer=plain)
+    text = '<tool_call>{"name": "terminal", "arguments": {"command": "ls"}}</tool_call>'
+    # no format is guessed for a template that shows none: the text is the answer
+    assert backend._tool_calls(text, tools) == (text, None)
+
+
+def test_top_k_is_applied_and_the_logprobs_are_of_the_top_k_distribution(hf_proxy, client_for,
+                                                                          tiny_model):
+    key = hf_proxy.open_episode()
+    client_for(hf_proxy.base_url(key)).chat.completions.create(
+        model="tiny", messages=MESSAGES, max_tokens=6, seed=3, extra_body={"top_k": 2})
+    (turn,) = hf_proxy.close_episode(key)
+    with torch.no_grad():
+        logits = tiny_model(input_ids=torch.tensor([turn.prompt_ids + turn.token_ids])
+                            ).logits[0, len(turn.prompt_ids) - 1:-1].double()
+    top = logits.topk(2, dim=-1)
+    for row, (values, ids), token, logprob in zip(logits, zip(top.values, top.indices,
+                                                              strict=True),
+                                                  turn.token_ids, turn.logprobs, strict=True):
+        assert token in ids.tolist()  # drawn from the two most likely ids only
+        assert logprob == pytest.approx(float(row[token] - values.logsumexp(0)), abs=1e-4)
+    assert turn.sampling["top_k"] == 2

@@ -144,3 +144,39 @@ def test_the_servers_own_errors_pass_through_unrecorded(proxy, clients, model_na
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="no-such-model", messages=MESSAGES, stream=True)
     assert proxy.close_episode(key) == []
+
+
+def test_anthropic_and_responses_calls_are_recorded_from_the_server(proxy, model_name,
+                                                                    tiny_tokenizer, tools):
+    # the same conversions as over the in-process model, now rendered and sampled by vLLM:
+    # its prompt ids are the template's, its /tokenize count is the turn's prompt length,
+    # and a stop sequence it applies comes back as Anthropic's stop_sequence
+    import anthropic
+
+    key = proxy.open_episode()
+    claude = anthropic.Anthropic(base_url=f"{proxy.url}/{key}", api_key="x", max_retries=0)
+    anthropic_tools = [{"name": t["function"]["name"],
+                        "description": t["function"]["description"],
+                        "input_schema": t["function"]["parameters"]} for t in tools]
+    args = {"model": model_name, "system": MESSAGES[0]["content"],
+            "messages": [MESSAGES[1]], "tools": anthropic_tools, "max_tokens": 12}
+    counted = claude.messages.count_tokens(**{k: v for k, v in args.items()
+                                              if k != "max_tokens"})
+    with claude.messages.stream(**args, stop_sequences=[" "]) as stream:
+        streamed = stream.get_final_message()
+    reply = openai.OpenAI(base_url=proxy.base_url(key), api_key="x", max_retries=0
+                          ).responses.create(model=model_name, instructions=MESSAGES[0]["content"],
+                                             input=MESSAGES[1]["content"], max_output_tokens=6)
+    one, two = proxy.close_episode(key)
+    assert one.tools == tools  # the converted tools, in OpenAI's own field order
+    assert one.prompt_ids == render_ids(tiny_tokenizer, MESSAGES, tools,
+                                        add_generation_prompt=True)
+    assert counted.input_tokens == len(one.prompt_ids) == streamed.usage.input_tokens
+    assert one.stream and one.sampling["stop"] == [" "]
+    assert streamed.usage.output_tokens == len(one.token_ids)
+    if streamed.stop_reason == "stop_sequence":
+        assert streamed.stop_sequence == " "
+    assert two.prompt_ids == render_ids(tiny_tokenizer, MESSAGES, None,
+                                        add_generation_prompt=True)
+    assert reply.output_text == (two.content or "")
+    assert reply.usage.output_tokens == len(two.token_ids)

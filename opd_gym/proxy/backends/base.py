@@ -27,6 +27,11 @@ class Backend(Protocol):
         """The chunks of one streamed chat completion, parsed, in order."""
         ...
 
+    async def count_tokens(self, body: dict[str, Any], headers: Mapping[str, str]) -> int:
+        """How many prompt ids the chat template renders for this request (what `complete`
+        would send the model), without sampling."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections or the model."""
         ...

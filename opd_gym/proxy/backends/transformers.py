@@ -4,7 +4,7 @@ The prompt is the tokenizer's chat template applied to the request's messages (w
 `tools`), so `prompt_token_ids` are exactly what the model saw. Sampling uses `generate` with
 its scores: each sampled id's logprob is the log-softmax of the processed scores at its
 step, i.e. under the distribution it was drawn from (temperature applied, renormalised over
-the top-p nucleus; the raw model distribution at temperature 1 and top_p 1). Streaming is
+the top-k / top-p nucleus; the raw model distribution at temperature 1 and top_p 1). Streaming is
 served after the whole turn is sampled (one content chunk), in the same chunk format.
 """
 
@@ -105,6 +105,10 @@ class TransformersBackend:
         """The completion as stream chunks (sampled first; errors raise before streaming)."""
         return _as_chunks(await self.complete(body, headers), body)
 
+    async def count_tokens(self, body: dict[str, Any], headers: Mapping[str, str]) -> int:
+        """The length of the prompt `complete` would sample from."""
+        return len(await asyncio.to_thread(self.prompt_ids, body))
+
     async def aclose(self) -> None:
         """Nothing to release (the model stays with its owner)."""
 
@@ -121,12 +125,19 @@ class TransformersBackend:
         """Sample one turn for a chat request; the response in vLLM's extended format."""
         import torch
 
+        if body.get("stop"):
+            raise ProxyRequestError("the in-process transformers backend does not apply stop "
+                                    "sequences ('stop' / 'stop_sequences'); serve the model "
+                                    "with vLLM (--upstream) to use them")
         prompt = self.prompt_ids(body)
         temperature = float(body.get("temperature", 1.0) if body.get("temperature")
                             is not None else 1.0)
         top_p = float(body.get("top_p") if body.get("top_p") is not None else 1.0)
-        if temperature < 0 or not 0.0 < top_p <= 1.0:
-            raise ProxyRequestError("temperature must be >= 0 and top_p in (0, 1]")
+        top_k = body.get("top_k")
+        if temperature < 0 or not 0.0 < top_p <= 1.0 or not (
+                top_k is None or (isinstance(top_k, int) and not isinstance(top_k, bool))):
+            raise ProxyRequestError("temperature must be >= 0, top_p in (0, 1] and top_k an "
+                                    "integer (0 or -1: off)")
         cap = body.get("max_completion_tokens") or body.get("max_tokens") or self.max_tokens
         budget = int(cap)
         if self.max_model_len:
@@ -142,7 +153,8 @@ class TransformersBackend:
             sample = temperature > 0
             options: dict[str, Any] = {"do_sample": sample, "top_k": 0}
             if sample:
-                options.update(temperature=temperature, top_p=top_p)
+                options.update(temperature=temperature, top_p=top_p,
+                               top_k=max(int(top_k or 0), 0))
             with torch.random.fork_rng(devices=[]), torch.no_grad():
                 torch.manual_seed(int(seed))
                 out = self.model.generate(
@@ -187,11 +199,15 @@ class TransformersBackend:
 
     def _tool_calls(self, text: str, tools: Sequence[Mapping[str, Any]]
                     ) -> tuple[str | None, list[dict[str, Any]] | None]:
-        """Calls the model wrote in its template's tool format, for the requested tools."""
-        from opd_gym.tools.formats import get_tool_format
+        """Calls the model wrote in its template's tool format, for the requested tools; a
+        template whose format is not known has its text returned as is (no guessed format)."""
+        from opd_gym.tools.formats import detect_tool_format, get_tool_format
 
+        family = detect_tool_format(self.tokenizer)
+        if family is None:
+            return text, None
         names = {(t.get("function") or {}).get("name") for t in tools}
-        parsed = get_tool_format(self.tokenizer).parse(text, tools=names)
+        parsed = get_tool_format(family).parse(text, tools=names)
         calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                   "function": {"name": c.name,
                                "arguments": json.dumps(c.arguments, ensure_ascii=False)}}

@@ -48,9 +48,9 @@ class VLLMBackend:
         return out
 
     async def _send(self, method: str, path: str, headers: Mapping[str, str],
-                    body: dict[str, Any] | None = None, stream: bool = False
-                    ) -> httpx.Response:
-        request = self._http().build_request(method, f"{self.api}/{path}", json=body,
+                    body: dict[str, Any] | None = None, stream: bool = False,
+                    base: str | None = None) -> httpx.Response:
+        request = self._http().build_request(method, f"{base or self.api}/{path}", json=body,
                                              headers=self._headers(headers))
         try:
             response = await self._http().send(request, stream=stream)
@@ -84,6 +84,18 @@ class VLLMBackend:
         """Open the stream (errors raise here), then its parsed chunks until `[DONE]`."""
         response = await self._send("POST", "chat/completions", headers, body, stream=True)
         return _chunks(response)
+
+    async def count_tokens(self, body: dict[str, Any], headers: Mapping[str, str]) -> int:
+        """The server's own count from its `/tokenize` route (chat template, tools and
+        generation prompt, as a chat completion renders them)."""
+        asked = {"messages": body["messages"], "add_generation_prompt": True}
+        for key in ("model", "tools"):
+            if body.get(key) is not None:
+                asked[key] = body[key]
+        answer = (await self._send("POST", "tokenize", headers, asked, base=self.root)).json()
+        if not isinstance(answer.get("count"), int):
+            raise UpstreamError("the model server's /tokenize answered without a 'count'")
+        return int(answer["count"])
 
     async def aclose(self) -> None:
         """Close the connection pool."""
