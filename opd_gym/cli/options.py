@@ -250,9 +250,11 @@ def quiet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def tokenizer(parser: argparse.ArgumentParser) -> None:
-    """`--tokenizer`: the policy's tokenizer, for what needs token ids read or checked."""
-    parser.add_argument("--tokenizer", help="tiny | smollm2 | hf:PATH: the policy's tokenizer "
+def tokenizer(parser: argparse.ArgumentParser, *aliases: str) -> None:
+    """`--tokenizer` (and `aliases`, e.g. serve's `--student-tokenizer`): the policy's
+    tokenizer, for what needs token ids read or checked."""
+    parser.add_argument("--tokenizer", *aliases, dest="tokenizer",
+                        help="tiny | smollm2 | hf:PATH: the policy's tokenizer "
                         "(view and report show token text with it, Atropos exports need it for "
                         "prompt ids, `serve --opd` checks clients' token ids against it)")
 

@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opd", action="store_true",
                         help="serve the OPD wrapper: records in info and in the rows")
     options.opd_options(parser)
-    options.tokenizer(parser)  # with --opd: clients' token_ids, logprobs, prompt_ids are exact
+    # with --opd: clients' token_ids, logprobs, prompt_ids are exact
+    options.tokenizer(parser, "--student-tokenizer")
 
 
 def sandbox_backend(spec: str) -> str:

@@ -141,8 +141,13 @@ def test_kl_is_k3_never_negative_and_k1_keeps_an_honest_name():
     from opd_gym.opd.metrics import OPDMetrics, current_names
 
     record = _record(student_logprobs=np.array([-1.0, -1.0, -2.5], np.float32))
-    metrics = OPDMetrics().episode([record])
-    r = np.array([-0.5 - -1.0, -2.0 - -2.5])  # teacher - student on the two masked positions
+    stored = json.loads(json.dumps(record.to_dict()))  # as a row holds it
+    metrics = OPDMetrics().episode([OPDRecord.from_dict(stored)])
+    on = np.array(stored["mask"], bool)
+    teacher, student = (np.array([float(v) for v in stored[k]]) for k in (
+        "teacher_token_logprobs", "student_logprobs"))  # "-Infinity" off the mask
+    r = (teacher - student)[on]
+    assert r == pytest.approx([-0.5 - -1.0, -2.0 - -2.5])  # teacher - student, masked
     assert metrics["opd/log_ratio_k1"] == pytest.approx(-r.mean()) and metrics[
         "opd/log_ratio_k1"] < 0
     assert metrics["opd/kl_k3"] == pytest.approx(np.mean(np.exp(r) - 1 - r))

@@ -36,9 +36,9 @@ def test_public_bind_without_token_is_refused() -> None:
 
 
 def test_tokenizer_without_opd_or_unknown_is_refused() -> None:
-    """`--tokenizer` names the student's tokenizer for the OPD teacher: without `--opd`, or
-    an unknown spec, the server refuses to start (exit 2, one line)."""
-    for flags, said in ((["--tokenizer", "tiny"], "it takes --opd"),
+    """`--tokenizer` (alias `--student-tokenizer`) names the student's tokenizer for the OPD
+    teacher: without `--opd`, or an unknown spec, the server refuses to start (exit 2)."""
+    for flags, said in ((["--student-tokenizer", "tiny"], "it takes --opd"),
                         (["--opd", "--tokenizer", "vllm:http://x"], "unknown tokenizer")):
         done = subprocess.run([*CLI, *flags], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and said in done.stderr, done.stderr

@@ -126,9 +126,10 @@ def test_exact_served_turns_give_exact_records_every_export_takes(exact_server, 
 
 def test_a_refused_step_changes_nothing(exact_server, task) -> None:
     """Token data the server cannot take (an id outside the student's vocabulary, a negative
-    prompt id, ragged top-K rows) is refused before the turn runs: its command never ran,
-    the transcript has no trace of it and the step count stays; the next step plays as the
-    first. The message names what was wrong (what OpenEnv's client shows)."""
+    prompt id, ragged top-K rows), sent after a good step, is refused before the turn runs:
+    its command never ran, the transcript has no trace of it and the step count stays; the
+    next step plays as the second. The message names what was wrong (what OpenEnv's client
+    shows)."""
     touch = format_tool_call("terminal", {"command": "touch refused.txt"})
     size = len(specs.tokenizer("tiny"))
     refused = [{"text": touch, "token_ids": [5, size + 1], "logprobs": [-1.0, -2.0]},
@@ -139,6 +140,9 @@ def test_a_refused_step_changes_nothing(exact_server, task) -> None:
         answers = []
         async with connect(exact_server.url.replace("http", "ws") + "/ws") as ws:
             messages = [{"type": "reset", "data": {"seed": 4, "task_id": task.id}},
+                        {"type": "step", "data": {"text": format_tool_call(
+                            "terminal", {"command": "echo first > good.txt"})}},
+                        {"type": "state"},
                         *({"type": "step", "data": data} for data in refused),
                         {"type": "state"},
                         {"type": "step", "data": {"text": format_tool_call(
@@ -148,18 +152,21 @@ def test_a_refused_step_changes_nothing(exact_server, task) -> None:
                 answers.append(json.loads(await ws.recv()))
         return answers
 
-    reset, *errors, state, step = asyncio.run(main())
+    reset, good, before, *errors, state, step = asyncio.run(main())
+    assert good["type"] == "observation" and before["data"]["step_count"] == 1
     assert [e["data"]["code"] for e in errors] == ["EXECUTION_ERROR"] * 3
     assert f"token_ids[1] is {size + 1}" in errors[0]["data"]["message"]
     assert "vocabulary of --tokenizer tiny" in errors[0]["data"]["message"]
     assert "prompt_ids[1] is -4" in errors[1]["data"]["message"]
     assert "different widths" in errors[2]["data"]["message"]
-    assert state["data"]["step_count"] == 0
+    assert state["data"] == before["data"]  # step count, episode, reward: as they were
     observation = step["data"]["observation"]
     assert "listed" in observation["text"] and "refused.txt" not in observation["text"]
+    assert "good.txt" in observation["text"]  # the workspace: the good step's file alone
     info = observation["info"]
-    assert info["turns"] == 1 and "refused.txt" not in json.dumps(info["messages"])
-    assert len(info["messages"]) == len(reset["data"]["observation"]["info"]["messages"]) + 2
+    assert info["turns"] == 2 and "refused.txt" not in json.dumps(info["messages"])
+    assert info["messages"][:-2] == good["data"]["observation"]["info"]["messages"]
+    assert len(info["messages"]) == len(reset["data"]["observation"]["info"]["messages"]) + 4
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the local backend's warning

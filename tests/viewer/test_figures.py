@@ -143,3 +143,76 @@ def test_hinted_turn_figures_and_an_old_runs_k1_under_its_own_name(run_dir, tmp_
     (old / "trajectories.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     page = write_report(old).read_text(encoding="utf-8")
     assert "kl_estimate" not in page and "log_ratio_k1" in page
+
+
+
+def _floats(values) -> np.ndarray:
+    """A stored float list (non-finite values spelled as strings) as float64."""
+    return np.array([float(v) for v in values], np.float64)
+
+
+def _recount(records: list[dict]) -> dict[str, float]:
+    """The OPD figures straight from raw stored record dicts with numpy, not OPDMetrics:
+    gap, k1 and k3 over scored positions with a student logprob, top-1 mismatch over scored
+    positions, and the same over the scored turns with a non-empty hint."""
+    delta, hinted_delta, miss, hinted_miss, hinted_turns = [], [], [], [], 0
+    for rec in records:
+        on = np.array(rec["mask"], bool)
+        if not on.any():
+            continue
+        hinted = bool(rec["hint"])
+        hinted_turns += hinted
+        top1 = np.array(rec["teacher_topk_ids"], np.int64).reshape(len(on), -1)[:, 0]
+        wrong = (top1 != np.array(rec["token_ids"]))[on]
+        miss.append(wrong)
+        hinted_miss += [wrong] if hinted else []
+        if rec["student_logprobs"] is not None:
+            student = _floats(rec["student_logprobs"])
+            d = (_floats(rec["teacher_token_logprobs"]) - student)[on & np.isfinite(student)]
+            delta.append(d)
+            hinted_delta += [d] if hinted else []
+
+    def mean(parts: list[np.ndarray], of=lambda x: x) -> float:
+        return float(np.mean(of(np.concatenate(parts)))) if parts else float("nan")
+
+    return {"opd/mean_teacher_minus_student": mean(delta),
+            "opd/log_ratio_k1": -mean(delta),
+            "opd/kl_k3": mean(delta, lambda r: np.exp(r) - 1 - r),
+            "opd/top1_mismatch": mean(miss),
+            "opd/hinted/turns": float(hinted_turns),
+            "opd/hinted/mean_teacher_minus_student": mean(hinted_delta),
+            "opd/hinted/top1_mismatch": mean(hinted_miss)}
+
+
+def test_gap_kl_and_hinted_figures_match_a_numpy_recount_of_the_stored_rows(run_dir, tmp_path):
+    """The summary's and report's figures equal a numpy recount of the raw records stored in
+    trajectories.jsonl: over the finished rows (what the summary counts), and, per row, the
+    metrics of the records read back (the sampled row has student logprobs: gap, k1, k3)."""
+    from opd_gym.opd.metrics import OPDMetrics
+    from opd_gym.runs import RunDirectory
+
+    rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text()
+            .splitlines()]
+    finished = _recount([rec for row in rows if row["finished"] for rec in row["opd"] or []])
+    stats = load_run(run_dir).stats
+    opd = stats.to_dict()["opd"]
+    assert finished["opd/hinted/turns"] > 0
+    for key, value in finished.items():
+        assert opd[key] == pytest.approx(value, nan_ok=True), key
+    miss = finished["opd/hinted/top1_mismatch"]
+    assert f"{stats.metrics.hints}, " in stats.table() and f"{miss:.1%}" in stats.table()
+    page = write_report(run_dir, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert figure(page, "Hinted turns")[0] == str(int(finished["opd/hinted/turns"]))
+    assert figure(page, "Hinted: top-1 mismatch")[0] == f"{100 * miss:.1f}%"
+
+    sampled = 0
+    for row, stored in zip(rows, RunDirectory(run_dir).episodes(), strict=True):
+        expected = _recount(row["opd"] or [])
+        got = OPDMetrics().episode(stored.records())
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, nan_ok=True), key
+        if np.isfinite(expected["opd/kl_k3"]):
+            sampled += 1
+            assert got["opd/kl_k3"] >= 0 and got["opd/hinted/turns"] > 0
+            assert np.isfinite(got["opd/hinted/mean_teacher_minus_student"])
+    assert sampled  # the sampled episode: student logprobs on hinted turns
