@@ -101,7 +101,8 @@ def test_refusals_write_nothing_and_reconstruct_marks_the_records(exported, tmp_
     """Steps without the student's ids: exit 2, one line naming the field and how to get
     it, no file; --reconstruct scores them marked retokenized (no completion ids) or
     reconstructed (no prompt ids). Malformed ATIF (Harbor's model; our structural checks),
-    ids past the teacher's vocabulary and ids with no tokenizer to check: refused."""
+    another tokenizer's ids (a student tokenizer that is not the teacher's, ids past the
+    teacher's vocabulary) and ids with no tokenizer to check them: refused."""
     from opd_gym.exports.atif_check import check_structure
 
     folder, row, flags = exported
@@ -157,6 +158,10 @@ def test_refusals_write_nothing_and_reconstruct_marks_the_records(exported, tmp_
     refused([str(_write(foreign, tmp_path / "foreign.json"))], "token id 1000000",
             "outside the teacher's vocabulary")
     capsys.readouterr()
+    other = [*flags[:7], "smollm2", *flags[8:]]  # the student's tokenizer is not the teacher's
+    assert main(["score-trajectories", str(source), "--out", str(out), *other]) == 2
+    assert capsys.readouterr().err.startswith("opd-gym: error: tokenizers differ")
+    assert not out.exists()
     no_tokenizer = [f for i, f in enumerate(flags) if i not in (6, 7)]
     assert main(["score-trajectories", str(source), "--out", str(out), *no_tokenizer]) == 2
     assert "--tokenizer unchecked" in capsys.readouterr().err and not out.exists()
