@@ -38,6 +38,8 @@ compat.install()
 _LAZY = {
     "OPDWrapper": "opd_gym.opd.wrapper",
     "OPDConfig": "opd_gym.opd.config",
+    # Harbor ATIF trajectories scored by the teacher (the inverse of export --to atif)
+    **{n: "opd_gym.opd.atif_in" for n in ("score_trajectories", "score_trajectory")},
     "ModelClient": "opd_gym.models.client",
     "EpisodeRow": "opd_gym.runs",
     "RunDirectory": "opd_gym.runs",
@@ -78,6 +80,8 @@ __all__ = [
     "load_tasks",
     "messages_for_template",
     "register_envs",
+    "score_trajectories",
+    "score_trajectory",
 ]
 
 

@@ -150,6 +150,29 @@ def tiny_model_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def student_run(tmp_path_factory):
+    """A real local-sandbox rollout: tiny student (seed 0) sampling, tiny teacher (seed 1),
+    rule judge, top-8: (run folder, student model folder). Shared by the export tests and
+    ATIF in (tests/opd/test_atif_in.py); tests that change it work on a copy."""
+    from opd_gym.agents.policies import make_agent_factory
+    from opd_gym.models import build_tiny_model
+    from opd_gym.rollout import RolloutConfig, run_rollout
+    from opd_gym.tasks import load_suite
+
+    models = tmp_path_factory.mktemp("models")
+    student = build_tiny_model(models / "student", seed=0)
+    teacher = build_tiny_model(models / "teacher", seed=1)
+    out = tmp_path_factory.mktemp("run")
+    config = RolloutConfig(out_dir=str(out), episodes=1, task_ids=["fizzbuzz"], sandbox="local",
+                           max_turns=3, opd_options={"topk": 8})
+    summary = run_rollout(config, make_agent_factory(f"hf:{student}", load_suite(),
+                                                     max_new_tokens=48, seed=0),
+                          teacher=f"hf:{teacher}", judge="rule", progress=False)
+    assert summary.episodes == 1 and not summary.failures
+    return out, student
+
+
+@pytest.fixture(scope="session")
 def tiny_tokenizer(tiny_model_path):
     from transformers import AutoTokenizer
 

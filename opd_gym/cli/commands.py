@@ -30,6 +30,9 @@ COMMANDS: dict[str, Command] = {
                       "one run's HTML report, or two or more runs compared side by side"),
     "export": Command("opd_gym.cli.export", "export a run to a trainer format, or its "
                       "repository-task diffs as SWE-bench predictions"),
+    "score-trajectories": Command("opd_gym.cli.score_trajectories", "score Harbor ATIF "
+                                  "trajectories' agent steps with the teacher: one OPD record "
+                                  "per step (the inverse of export --to atif)"),
     "sandbox": Command("opd_gym.cli.sandbox", "build, check and clean the sandbox"),
     "serve": Command("opd_gym.cli.serve", "serve the env (with or without OPD) over OpenEnv's "
                      "protocol to remote clients (extra 'serve'; see docs/serving.md)"),

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from opd_gym.cli.commands import COMMANDS
 from opd_gym.errors import OPDGymError
 
-DESCRIPTION = "The `opd-gym` command line: rollout, tasks, view, report, export, sandbox, " \
-              "serve and proxy."
+DESCRIPTION = "The `opd-gym` command line: rollout, tasks, view, report, export, " \
+              "score-trajectories, sandbox, serve and proxy."
 
 
 class Parser(argparse.ArgumentParser):

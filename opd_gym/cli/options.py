@@ -256,7 +256,9 @@ def tokenizer(parser: argparse.ArgumentParser, *aliases: str) -> None:
     parser.add_argument("--tokenizer", *aliases, dest="tokenizer",
                         help="tiny | smollm2 | hf:PATH: the policy's tokenizer "
                         "(view and report show token text with it, Atropos exports need it for "
-                        "prompt ids, `serve --opd` checks clients' token ids against it)")
+                        "prompt ids, `serve --opd` checks clients' token ids against it, "
+                        "`score-trajectories` the trajectories' ids; there `unchecked` skips "
+                        "the check)")
 
 
 def open_flag(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,9 @@ agent steps only and an observation's `source_call_id` names a tool call of its 
 ATIF has fields for the student's exact tokens (`metrics.prompt_token_ids`,
 `completion_token_ids`, `logprobs`) and none for a teacher, so each agent step carries its
 turn's OPD record, whole, under the one key `extra["opd"]` (`OPDRecord.to_dict()`, schema
-``opd_gym.opd_record/1``; `OPDRecord.from_dict` reads it back).
+``opd_gym.opd_record/1``; `OPDRecord.from_dict` reads it back), and what the env reported of
+the turn (tool results, format errors, grade, end reason: what the judge read) under
+`extra["turn"]`, so `opd-gym score-trajectories` (`opd_gym.opd.atif_in`) can judge it again.
 
 Exact or refused, like every run export (`opd_gym.exports.run`): token ids and logprobs are
 the ones the policy recorded, never re-tokenized or filled in. A run whose turns have no
@@ -43,6 +45,10 @@ from opd_gym.runs import RunDirectory
 ATIF_SCHEMA = "ATIF-v1.8"
 AGENT_NAME = "opd_gym"
 OPD_KEY = "opd"  # the one `extra` key of an agent step that holds the OPD record
+# the `extra` key of an agent step holding what the env reported of the turn, as the judge
+# read it (the transcript Turn's fields): what `score-trajectories` judges again
+TURN_KEY = "turn"
+TURN_FIELDS = ("tool_results", "format_errors", "grade", "end_reason")
 INDEX = "index.jsonl"
 TRAJECTORY = Path("agent") / "trajectory.json"  # inside a trial folder, as Harbor writes it
 
@@ -176,6 +182,9 @@ def _agent_step(message: Mapping[str, Any], turn: Mapping[str, Any],
         extra[OPD_KEY] = record.to_dict()
     if message.get("raw_content") is not None:
         extra["raw_content"] = message["raw_content"]
+    view = {k: turn[k] for k in TURN_FIELDS if k in turn}
+    if view:
+        extra[TURN_KEY] = view
     if extra:
         step["extra"] = extra
     return step
@@ -403,4 +412,5 @@ def _reconstructed(episodes: list[tuple[EpisodeRow, dict[int, OPDRecord | None]]
              "\"reconstructed\": true")
 
 
-__all__ = ["ATIF_SCHEMA", "OPD_KEY", "TOKEN_IDS_HOW", "export_atif", "to_atif"]
+__all__ = ["ATIF_SCHEMA", "INDEX", "OPD_KEY", "TOKEN_IDS_HOW", "TRAJECTORY", "TURN_FIELDS",
+           "TURN_KEY", "export_atif", "to_atif"]

@@ -15,7 +15,9 @@ xfails them too; otherwise a skip or xfail counts as not passed. An xpass counts
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 MESSAGE_CHARS = 500
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
@@ -128,6 +130,20 @@ class GradeReport:
             text += (f" Neutral, not counted (the reference solution does not pass them "
                      f"either): {_names(neutral, 3)}.")
         return text
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GradeReport:
+        """Inverse of `to_dict` (its derived `score`/`total` and unknown keys ignored), for
+        grades read back from a stored run or trajectory."""
+        names = {f.name for f in fields(cls)}
+        tests = tuple(TestOutcome(**{k: v for k, v in dict(t).items()
+                                     if k in {f.name for f in fields(TestOutcome)}})
+                      for t in data.get("tests") or ())
+        values = {k: v for k, v in data.items() if k in names and k != "tests"}
+        for key in ("dropped", "forgery", "gates_failed"):
+            if key in values:
+                values[key] = tuple(values[key] or ())
+        return cls(**values, tests=tests)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-able dict (tests as a list of dicts, tuples as lists) plus `score`/`total`."""

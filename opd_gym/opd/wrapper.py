@@ -114,53 +114,12 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     @property
     def scorer(self) -> Scorer:
         if self._scorer is None:
-            from opd_gym import specs
-            from opd_gym.opd.judges import make_judge
-            from opd_gym.opd.teachers import make_teacher
-
-            cfg = self.config
-            options = dict(cfg.teacher_options)
-            if cfg.teacher_temperature != 1.0 and not hasattr(cfg.teacher, "score"):
-                options["temperature"] = cfg.teacher_temperature
-            try:
-                teacher = make_teacher(cfg.teacher, **options)
-            except (OSError, ValueError) as exc:
-                if isinstance(exc, ConfigError):
-                    raise
-                raise ConfigError(f"the teacher {cfg.teacher!r} cannot be loaded: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
-            if teacher is not cfg.teacher:
-                self._owned.append(teacher)
-            try:
-                if cfg.teacher_temperature != getattr(teacher, "temperature", 1.0):
-                    raise ConfigError(f"teacher_temperature={cfg.teacher_temperature} but the "
-                                      "teacher object scores at temperature "
-                                      f"{getattr(teacher, 'temperature', 1.0)}")
-                if cfg.student_tokenizer not in (None, UNCHECKED):
-                    self._student_tok = specs.tokenizer(cfg.student_tokenizer)
-                    self._check_tokenizer(teacher, self._student_tok, cfg.teacher)
-                judge = make_judge(cfg.judge, **cfg.judge_defaults)
-            except BaseException:
-                self._close_owned()
-                raise
-            if judge is not cfg.judge and judge is not None:
-                self._owned.append(judge)
-            self._scorer = Scorer(
-                teacher,
-                judge,
-                topk=cfg.topk,
-                scope=cfg.hint_scope,
-                placement=cfg.hint_placement,
-                score_without_hint=cfg.score_without_hint,
-                judge_workers=cfg.judge_workers,
-                copy_guard=cfg.copy_guard,
-                copy_min_words=cfg.copy_min_words,
-                on_history_rewrite=cfg.on_history_rewrite,
-                ids_unchecked=cfg.student_tokenizer == UNCHECKED,
-                student_temperature=self._student_temperature,
-                no_hint_control=cfg.no_hint_control,
-                forced_student=cfg.forced_student,
-            )
+            scorer, owned, student = make_scorer(self.config,
+                                                 student_temperature=self._student_temperature)
+            self._owned += owned
+            if student is not None:
+                self._student_tok = student
+            self._scorer = scorer
         return self._scorer
 
     def _close_owned(self) -> None:
@@ -303,6 +262,63 @@ class OPDWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
             except Exception:
                 pass
         self._pending = []
+
+
+def make_scorer(cfg: OPDConfig, *, student_temperature: float | None = None
+                ) -> tuple[Scorer, list[Any], Any]:
+    """The scorer an OPD config describes: (scorer, the teacher and judge built here from
+    specs, for the caller to close; the student tokenizer `cfg.student_tokenizer` names,
+    checked against the teacher's, or None). One construction for the wrapper and for
+    scoring trajectories read back (`opd_gym.opd.atif_in`), so both score alike."""
+    from opd_gym import specs
+    from opd_gym.opd.judges import make_judge
+    from opd_gym.opd.teachers import make_teacher
+    from opd_gym.records.policy import close
+
+    options = dict(cfg.teacher_options)
+    if cfg.teacher_temperature != 1.0 and not hasattr(cfg.teacher, "score"):
+        options["temperature"] = cfg.teacher_temperature
+    try:
+        teacher = make_teacher(cfg.teacher, **options)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"the teacher {cfg.teacher!r} cannot be loaded: "
+                          f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    owned: list[Any] = [teacher] if teacher is not cfg.teacher else []
+    student = None
+    try:
+        if cfg.teacher_temperature != getattr(teacher, "temperature", 1.0):
+            raise ConfigError(f"teacher_temperature={cfg.teacher_temperature} but the "
+                              "teacher object scores at temperature "
+                              f"{getattr(teacher, 'temperature', 1.0)}")
+        if cfg.student_tokenizer not in (None, UNCHECKED):
+            student = specs.tokenizer(cfg.student_tokenizer)
+            OPDWrapper._check_tokenizer(teacher, student, cfg.teacher)
+        judge = make_judge(cfg.judge, **cfg.judge_defaults)
+    except BaseException:
+        for thing in owned:
+            close(thing)
+        raise
+    if judge is not cfg.judge and judge is not None:
+        owned.append(judge)
+    scorer = Scorer(
+        teacher,
+        judge,
+        topk=cfg.topk,
+        scope=cfg.hint_scope,
+        placement=cfg.hint_placement,
+        score_without_hint=cfg.score_without_hint,
+        judge_workers=cfg.judge_workers,
+        copy_guard=cfg.copy_guard,
+        copy_min_words=cfg.copy_min_words,
+        on_history_rewrite=cfg.on_history_rewrite,
+        ids_unchecked=cfg.student_tokenizer == UNCHECKED,
+        student_temperature=student_temperature,
+        no_hint_control=cfg.no_hint_control,
+        forced_student=cfg.forced_student,
+    )
+    return scorer, owned, student
 
 
 def extends_previous(previous: TurnSample | None, sample: TurnSample) -> bool | None:

@@ -69,7 +69,7 @@ def test_every_command_of_the_table_parses_and_dispatches():
     for argv in (["rollout"], ["tasks", "list"], ["view", "run"], ["report", "a", "b"],
                  ["export", "run", "--to", "trl"], ["sandbox", "prune"], ["serve"],
                  ["proxy", "--model", "tiny"], ["tasks", "check-suite", "x.tar.gz"],
-                 ["tasks", "synth", "toolz"]):
+                 ["tasks", "synth", "toolz"], ["score-trajectories", "t.json", "--out", "r"]):
         args = parser.parse_args(argv)
         assert callable(args.func) and args.func.__module__.startswith("opd_gym.cli."), argv
 

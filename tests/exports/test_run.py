@@ -281,7 +281,7 @@ def test_atif_steps_carry_the_tool_calls_and_their_output(run_dir, tmp_path):
     from opd_gym.exports.atif import to_atif
     from opd_gym.runs import RunDirectory
 
-    out, _ = run_dir
+    out, model = run_dir
     paths = []
     for row in RunDirectory(out).episodes():
         trajectory = to_atif(row)
@@ -302,3 +302,16 @@ def test_atif_steps_carry_the_tool_calls_and_their_output(run_dir, tmp_path):
         assert {c["function_name"] for s in agent for c in s["tool_calls"]} >= {
             "terminal", "write_file", "edit_file", "submit"}
     assert set(harbor_validate(paths).values()) == {"ok"}
+    # read back (tests/opd/test_atif_in.py): the transcript rebuilt from the steps, tool calls
+    # and their messages included, scores each turn as the run did (retokenized, as the run's
+    # own records are: the scripted policy gives no ids) and the judge reads the same tool
+    # results from extra.turn: every record equal to the run's but its timing
+    from opd_gym.opd.atif_in import score_trajectories
+
+    scored, count, _ = score_trajectories(paths, tmp_path / "scored.jsonl",
+                                          teacher=f"hf:{model}", topk=4, reconstruct=True)
+    stored = [r for row in RunDirectory(out).episodes() for r in row.opd]
+    got = [json.loads(line) for line in scored.read_text().splitlines()]
+    assert count == len(stored) == 12 and any(r["hint"] for r in stored)
+    assert [{k: v for k, v in r.items() if k != "timing"} for r in stored] == [
+        {k: r[k] for k in stored[0] if k != "timing"} for r in got]

@@ -152,27 +152,6 @@ def test_trl_privileged_rows_carry_the_hint_as_privileged_context() -> None:
     assert template.format(prompt="p", privileged_context=rows[0]["privileged_context"])
 
 
-@pytest.fixture(scope="module")
-def student_run(tmp_path_factory):
-    """A real local-sandbox rollout: tiny student (seed 0) sampling, tiny teacher (seed 1)."""
-    from opd_gym.agents.policies import make_agent_factory
-    from opd_gym.models import build_tiny_model
-    from opd_gym.rollout import RolloutConfig, run_rollout
-    from opd_gym.tasks import load_suite
-
-    models = tmp_path_factory.mktemp("models")
-    student = build_tiny_model(models / "student", seed=0)
-    teacher = build_tiny_model(models / "teacher", seed=1)
-    out = tmp_path_factory.mktemp("run")
-    config = RolloutConfig(out_dir=str(out), episodes=1, task_ids=["fizzbuzz"], sandbox="local",
-                           max_turns=3, opd_options={"topk": 8})
-    summary = run_rollout(config, make_agent_factory(f"hf:{student}", load_suite(),
-                                                     max_new_tokens=48, seed=0),
-                          teacher=f"hf:{teacher}", judge="rule", progress=False)
-    assert summary.episodes == 1 and not summary.failures
-    return out, student
-
-
 def test_every_format_exports_a_real_run(student_run) -> None:
     """`opd-gym export --to` lists every trainer format and each writes parseable lines whose
     per-token arrays match the run's records; reports bytes per turn (x24 for the note)."""
