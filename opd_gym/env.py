@@ -29,13 +29,35 @@ from opd_gym.grading import Grader, GradeReport
 from opd_gym.records.task import Task
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
-from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, EnvironmentSpec, ImageCache, parse_size
+from opd_gym.sandboxes.env_image import (
+    DEFAULT_BUDGET,
+    DockerfileSpec,
+    EnvironmentSpec,
+    ImageCache,
+    parse_size,
+)
 from opd_gym.spaces import ModelOutput, UnicodeText
 from opd_gym.tasks.repo import environment
 from opd_gym.tasks.resolve import DEFAULT_SUITE, pick_task, resolve_tasks  # noqa: F401
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.formats import ToolFormat
 from opd_gym.transcript import Message, Turn, render_messages
+
+
+def harbor_options(task: Task) -> dict[str, Any]:
+    """The sandbox settings a Harbor task's task.toml asks for (`DockerConfig` fields): the
+    agent works in its workdir, with its cpus, memory and storage (the workdir's size)."""
+    info = task.harbor
+    assert info is not None
+    options: dict[str, Any] = {"workspace": info.workdir}
+    if info.cpus is not None:
+        options["cpus"] = info.cpus
+    if info.memory_mb is not None:
+        options["mem_limit"] = f"{info.memory_mb}m"
+    if info.storage_mb is not None:
+        options["workspace_size"] = f"{info.storage_mb}m"
+    return options
+
 
 VERIFY_TRIES = 2  # a calibration that cannot finish is tried again before it names a task
 
@@ -139,7 +161,7 @@ class CodingEnv(gym.Env[str, Any]):
         self._verified: set[str] = set()
         self._setup_lock = threading.Lock()
         self._images: ImageCache | None = None
-        self._built: dict[EnvironmentSpec, str] = {}  # spec -> tag, once ensured here
+        self._built: dict[EnvironmentSpec | DockerfileSpec, str] = {}  # spec -> tag, once here
         self.episode: Episode | None = None
         self._printed = 0
         self._closed = False
@@ -215,6 +237,10 @@ class CodingEnv(gym.Env[str, Any]):
         """Why `task` cannot be verified ("": it can), calibrated once (thread-safe: a run
         checks its tasks in threads; pools and images are made under the env's lock).
         Raises CalibrationError, remembering nothing, where the calibration could not finish."""
+        if task.harbor is not None:
+            raise ConfigError(f"task {task.id!r}: verify_tasks does not apply to Harbor tasks "
+                              "yet (their verifier is tests/test.sh, which opd_gym does not "
+                              "calibrate): turn verify_tasks off")
         if task.id not in self._verified:
             with self._setup_lock:
                 grader = self._pool_for(task)[1]
@@ -262,10 +288,16 @@ class CodingEnv(gym.Env[str, Any]):
             self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
         if self.grader is None:
             self.grader = Grader(self.pool)
-        where = environment(task, self.setup_cache)
+        options: dict[str, Any] = {}
+        if task.harbor is not None:  # its Dockerfile's image, its limits, its workdir
+            where: str | EnvironmentSpec | DockerfileSpec | None = DockerfileSpec(
+                Path(task.harbor.environment), task.harbor.build_timeout)
+            options = harbor_options(task)
+        else:
+            where = environment(task, self.setup_cache)
         if where is None:
             return self.pool, self.grader
-        if isinstance(where, EnvironmentSpec):
+        if isinstance(where, EnvironmentSpec | DockerfileSpec):
             tag = self._built.get(where)
             if tag is None:
                 if self._images is None:
@@ -275,7 +307,7 @@ class CodingEnv(gym.Env[str, Any]):
                 tag = self._built[where] = self._images.ensure(where).tag
         else:
             tag = where
-        pool = self.pool.with_image(tag)
+        pool = self.pool.with_image(tag, **options)
         # the image pool's grader derives from the env's (a run's, shared by its slots): one
         # calibration per task, whichever env plays it
         return pool, self.grader.for_sandboxes(pool)

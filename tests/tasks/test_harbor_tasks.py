@@ -1,0 +1,173 @@
+"""Harbor task folders in: the loader (task.toml mapped or refused), and episodes played on Docker.
+
+The fixtures under tests/fixtures/harbor are Harbor's layout; their Dockerfiles name the
+placeholder `{{ sandbox_image }}`, which `harbor_dir` writes over with the local sandbox
+image's name, so building them pulls nothing. Four Docker episodes in all: each of the two
+playable tasks solved by its solution/solve.sh run through the terminal tool (reward 1), and
+submitted untouched (reward 0).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from opd_gym import CodingEnv
+from opd_gym.errors import ConfigError
+from opd_gym.sandboxes.image import DEFAULT_IMAGE
+from opd_gym.tasks.harbor import HarborNote, HarborTaskError, load_harbor, load_harbor_task
+from opd_gym.tasks.resolve import resolve_tasks
+from opd_gym.tools import format_tool_call
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "harbor"
+PLACEHOLDER = "{{ sandbox_image }}"
+# the notes a task's load warns with (asserted where they matter, with pytest.warns)
+pytestmark = pytest.mark.filterwarnings("ignore::opd_gym.tasks.harbor.HarborNote")
+
+
+def copy_task(tmp_path: Path, name: str) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FIXTURES / name, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def harbor_dir(tmp_path_factory) -> Path:
+    """The fixture tasks with their Dockerfiles FROM the local sandbox image (one copy per
+    session: its environment images are built once, then found in the image cache)."""
+    root = tmp_path_factory.mktemp("harbor") / "tasks"
+    shutil.copytree(FIXTURES, root)
+    for dockerfile in root.glob("*/environment/Dockerfile"):
+        text = dockerfile.read_text(encoding="utf-8")
+        dockerfile.write_text(text.replace(PLACEHOLDER, DEFAULT_IMAGE), encoding="utf-8")
+    return root
+
+
+# -- the loader (no Docker) -----------------------------------------------------------------
+def test_a_task_folder_maps_its_fields():
+    task = load_harbor_task(FIXTURES / "edit-greeting")
+    info = task.harbor
+    assert task.id == "opd-gym/edit-greeting"
+    assert task.prompt == (FIXTURES / "edit-greeting" / "instruction.md").read_text()
+    assert set(task.tests) == {"test.sh"} and set(task.solution) == {"solve.sh"}
+    assert task.timeout == info.verifier_timeout == 60.0
+    assert (info.cpus, info.memory_mb, info.storage_mb, info.build_timeout) == (1.0, 512, 64,
+                                                                                 300.0)
+    assert info.workdir == "/app" and info.agent_timeout == 120.0
+    assert any("not a wall clock" in note for note in info.notes)  # said, not ignored
+    assert task.metadata["difficulty"] == "easy"
+    # Harbor's legacy size string, and reward.json's task with its pytest file
+    calc = load_harbor_task(FIXTURES / "fix-calc")
+    assert calc.harbor.memory_mb == 1024 and set(calc.tests) == {"test.sh", "test_calc.py"}
+
+
+def test_a_task_asking_for_network_gets_none_and_says_so():
+    with pytest.warns(HarborNote, match="network_mode = 'public'.*no network"):
+        task = load_harbor_task(FIXTURES / "fetch-data")
+    assert task.id == "fetch-data"  # no [task] name: the folder's
+    assert any("no network" in note for note in task.harbor.notes)
+    assert task.metadata["harbor"]["notes"] == list(task.harbor.notes)
+
+
+def test_a_folder_of_tasks_and_the_spec_forms():
+    with pytest.warns(HarborNote):
+        tasks = load_harbor(FIXTURES)
+    assert [t.id for t in tasks] == ["opd-gym/edit-greeting", "fetch-data", "opd-gym/fix-calc"]
+    with pytest.warns(HarborNote):
+        assert [t.id for t in resolve_tasks(f"harbor:{FIXTURES}")] == [t.id for t in tasks]
+    one = resolve_tasks({"harbor": FIXTURES / "fix-calc"})
+    assert [t.id for t in one] == ["opd-gym/fix-calc"]
+    with pytest.raises(HarborTaskError, match="neither a Harbor task folder"):
+        load_harbor(FIXTURES.parent)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: (d / "task.toml").write_text("[verifier\n"), "not valid TOML"),
+    (lambda d: (d / "instruction.md").unlink(), "instruction.md is missing"),
+    (lambda d: (d / "tests" / "test.sh").unlink(), "no tests/test.sh"),
+    (lambda d: (d / "environment" / "docker-compose.yaml").write_text("services: {}\n"),
+     "docker-compose environments are not supported yet"),
+    (lambda d: _append(d, '\n[verifier.environment]\ncpus = 1\n'),
+     "separate verifier environment .* not yet supported"),
+    (lambda d: _append(d, '\n[extra]\nx = 1\n'), r"unknown top-level field\(s\) \['extra'\]"),
+    (lambda d: _set(d, "[environment]", "gpus = 1"), "gpus is not supported"),
+    (lambda d: _set(d, "[environment]", "cpus = 4096"), "this machine has"),
+    (lambda d: _set(d, "[verifier]", "timeout_sec = -1"), "positive number of seconds"),
+    (lambda d: _set(d, "[agent]", 'user = "root"'), "uid 1000"),
+])
+def test_bad_task_folders_are_refused_naming_why(tmp_path, change, message):
+    folder = copy_task(tmp_path, "edit-greeting")
+    change(folder)
+    with pytest.raises(HarborTaskError, match=message):
+        load_harbor_task(folder)
+
+
+def _append(folder: Path, text: str) -> None:
+    path = folder / "task.toml"
+    path.write_text(path.read_text() + text)
+
+
+def _set(folder: Path, section: str, line: str) -> None:
+    path = folder / "task.toml"
+    text = path.read_text()
+    key = line.split("=")[0].strip()
+    kept = [row for row in text.splitlines() if not row.startswith(key + " ")]
+    path.write_text("\n".join(kept).replace(section, f"{section}\n{line}", 1) + "\n")
+
+
+def test_verify_tasks_is_refused_for_a_harbor_task():
+    env = CodingEnv(tasks={"harbor": FIXTURES / "fix-calc"}, sandbox="local", verify_tasks=True)
+    try:
+        with pytest.raises(ConfigError, match="verify_tasks does not apply to Harbor tasks"):
+            env.verify()
+    finally:
+        env.close()
+
+
+# -- episodes on Docker ----------------------------------------------------------------------
+def play(env: CodingEnv, task_id: str, commands: list[str]) -> dict:
+    env.reset(options={"task_id": task_id})
+    for command in commands:
+        obs, _, terminated, _, _ = env.step(format_tool_call("terminal", {"command": command}))
+        assert not terminated, obs
+    *_, terminated, _, info = env.step(format_tool_call("submit"))
+    assert terminated and info["end_reason"] == "submitted"
+    return info
+
+
+def solve_command(task) -> str:
+    """solution/solve.sh as one terminal command (the agent's action)."""
+    script = task.solution["solve.sh"]
+    return f"bash <<'OPD_SOLVE'\n{script}\nOPD_SOLVE\nls -la {task.harbor.workdir}"
+
+
+@pytest.mark.docker
+def test_harbor_tasks_play_on_docker_solved_and_untouched(harbor_dir):
+    greeting, calc = (resolve_tasks(f"harbor:{harbor_dir / name}")[0]
+                      for name in ("edit-greeting", "fix-calc"))
+    env = CodingEnv(tasks=[greeting, calc], sandbox="docker", pool_size=1, max_turns=4)
+    try:
+        # the agent starts in the image's workdir, holding what the Dockerfile put there
+        env.reset(options={"task_id": greeting.id})
+        obs, *_ = env.step(format_tool_call("terminal", {"command": "pwd; cat greeting.txt"}))
+        assert "/app" in obs and "Hello, world!" in obs
+        *_, info = env.step(format_tool_call("submit"))
+        grade = info["grade"]
+        assert grade["reward"] == 0.0 and grade["score"] == 0.0 and not grade["infra_error"]
+        assert info["reward_breakdown"]["correctness"] == 0.0
+
+        info = play(env, greeting.id, [solve_command(greeting)])
+        assert info["grade"]["reward"] == 1.0, info["grade"]
+        assert info["reward_breakdown"]["correctness"] == 1.0
+        assert "verifier (tests/test.sh) gave reward 1" in info["messages"][-1]["content"]
+
+        # the pytest-graded task (reward.json), in its own image
+        info = play(env, calc.id, [])
+        assert info["grade"]["reward"] == 0.0 and "2 failed" in info["grade"]["output"]
+        info = play(env, calc.id, [solve_command(calc)])
+        assert info["grade"]["reward"] == 1.0, info["grade"]
+        assert "2 passed" in info["grade"]["output"]
+    finally:
+        env.close()
