@@ -9,6 +9,7 @@ submitted untouched (reward 0).
 
 from __future__ import annotations
 
+import argparse
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from opd_gym import CodingEnv
 from opd_gym.errors import ConfigError
+from opd_gym.grading.harbor import read_reward
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks.harbor import HarborNote, HarborTaskError, load_harbor, load_harbor_task
 from opd_gym.tasks.resolve import resolve_tasks
@@ -171,3 +173,42 @@ def test_harbor_tasks_play_on_docker_solved_and_untouched(harbor_dir):
         assert "2 passed" in info["grade"]["output"]
     finally:
         env.close()
+
+
+# -- the reward file and the command line (no Docker) ---------------------------------------
+@pytest.mark.parametrize(("files", "reward"), [
+    ({"reward.txt": b"1\n"}, 1.0), ({"reward.txt": b" 0.25 "}, 0.25),
+    ({"reward.json": b'{"reward": 0.5}'}, 0.5)])
+def test_the_reward_file_is_read(files, reward):
+    assert read_reward(files) == reward
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ({}, "wrote neither /logs/verifier/reward.txt nor reward.json .found: nothing"),
+    ({"log.txt": b"x"}, "found: log.txt"),
+    ({"reward.txt": b"passed"}, "holds 'passed', not a number"),
+    ({"reward.txt": b"nan"}, "outside"), ({"reward.txt": b"2"}, "outside"),
+    ({"reward.json": b"{"}, "not JSON"),
+    ({"reward.json": b'{"accuracy": 1}'}, "no 'reward' key .found \\['accuracy'\\]"),
+    ({"reward.json": b'{"reward": true}'}, "not a number")])
+def test_a_missing_or_garbled_reward_is_refused_never_a_zero(files, message):
+    with pytest.raises(ValueError, match=message):
+        read_reward(files)
+
+
+def test_the_command_line_takes_harbor_folders(capsys):
+    from opd_gym.cli import options
+    from opd_gym.cli.errors import UserError
+
+    args = argparse.Namespace(tasks=f"harbor:{FIXTURES}", schema=None, repo=None, repos=None)
+    spec = options.task_spec(args)
+    assert spec == f"harbor:{FIXTURES}"
+    tasks = options.load_tasks(spec)
+    assert len(tasks) == 3
+    assert "task fetch-data: [environment] asks for network_mode = 'public'" in \
+        capsys.readouterr().err  # said at load
+    with pytest.raises(UserError, match="do not apply to harbor"):
+        options.task_spec(argparse.Namespace(tasks=f"harbor:{FIXTURES}", schema="mbpp",
+                                             repo=None, repos=None))
+    with pytest.raises(UserError, match="harbor:.*missing: no such folder"):
+        options.load_tasks(f"harbor:{FIXTURES / 'missing'}")
