@@ -290,6 +290,9 @@ class CodingEnv(gym.Env[str, Any]):
             self.grader = Grader(self.pool)
         options: dict[str, Any] = {}
         if task.harbor is not None:  # its Dockerfile's image, its limits, its workdir
+            if self.pool.factory_for_image is None:
+                raise ConfigError(f"task {task.id!r} is a Harbor task: it plays only on the "
+                                  "docker sandbox backend (its environment is an image)")
             where: str | EnvironmentSpec | DockerfileSpec | None = DockerfileSpec(
                 Path(task.harbor.environment), task.harbor.build_timeout)
             options = harbor_options(task)

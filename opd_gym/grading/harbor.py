@@ -73,7 +73,8 @@ def workdir_files(engine: Any, image: str, workdir: str) -> dict[str, bytes]:
         if key in _SEEDS:
             return dict(_SEEDS[key])
     with engine.call() as client:
-        container = client.containers.create(image, ["true"], network_mode="none")
+        container = client.containers.create(image, ["true"], network_mode="none",
+                                              labels={LABEL: "1", **owner_labels(60.0)})
     try:
         with engine.call():
             stream, _ = container.get_archive(workdir)
@@ -143,7 +144,7 @@ def _grade(task: Task, sandbox: Any, started: float) -> GradeReport:
     cfg, engine = sandbox.config, sandbox.engine
     workdir = info.workdir.rstrip("/")
     with engine.call():  # the agent's processes end before its files are read
-        container.exec_run(["kill", "-KILL", "-1"], user=cfg.user)
+        container.exec_run(["sh", "-c", "kill -KILL -1"], user=cfg.user)
         code, (out, err) = container.exec_run(
             ["tar", "-C", "/", f"--exclude={HELPER_STATE}", "-cf", "-", workdir.lstrip("/"),
              "tmp"], user=cfg.user, demux=True)
@@ -174,9 +175,11 @@ def _grade(task: Task, sandbox: Any, started: float) -> GradeReport:
             verifier.id, ["timeout", "-k", "5", str(int(math.ceil(timeout))), "bash",
                           f"{TESTS_DIR}/test.sh"], user="0:0", workdir=workdir or "/",
             environment=dict(info.verifier_env))
-        output = client.api.exec_start(run["Id"])
+        tail = b""
+        for chunk in client.api.exec_start(run["Id"], stream=True):  # only the tail is kept
+            tail = (tail + chunk)[-4 * OUTPUT_CHARS:]
         exit_code = client.api.exec_inspect(run["Id"]).get("ExitCode")
-        text = (output or b"").decode("utf-8", "replace")[-OUTPUT_CHARS:]
+        text = tail.decode("utf-8", "replace")[-OUTPUT_CHARS:]
         base = {"task_id": task.id, "exit_code": -1 if exit_code is None else int(exit_code),
                 "output": text}
         if exit_code in (124, 137):

@@ -39,6 +39,7 @@ _ENVIRONMENT = {"build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", 
                 "storage_mb", "storage", "gpus", "gpu_types", "tpu", "mcp_servers", "env",
                 "skills_dir", "healthcheck", "workdir", "allow_internet", "network_mode",
                 "allowed_hosts"}
+_SAFE_DIR = re.compile(r"^(/[A-Za-z0-9._-]+)+$")
 _WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
@@ -183,7 +184,14 @@ def parse_config(text: str, directory: Path) -> HarborInfo:
         notes.append(f"[agent] timeout_sec = {agent_timeout:g} is not a wall clock here: an "
                      "episode is bounded by max_turns and each command by tool_timeout")
     environment = directory / "environment"
-    workdir = env.get("workdir") or _dockerfile_workdir(environment / "Dockerfile")
+    workdir = str(env.get("workdir") or _dockerfile_workdir(environment / "Dockerfile"))
+    workdir = workdir.rstrip("/") or "/"
+    if not _SAFE_DIR.match(workdir) or workdir == "/" or \
+            workdir.split("/")[1] in ("tmp", "proc", "sys", "dev", "etc", "usr", "bin", "lib"):
+        raise HarborTaskError(f"{where}: the workdir {workdir!r} (the Dockerfile's WORKDIR or "
+                              "[environment] workdir) cannot be the agent's workspace: it is "
+                              "mounted writable over the read-only image, so it must be a "
+                              "folder of its own such as /app")
     return HarborInfo(
         directory=str(directory), environment=str(environment), workdir=str(workdir),
         verifier_timeout=_seconds(verifier, "timeout_sec", 600.0, "[verifier]") or 600.0,

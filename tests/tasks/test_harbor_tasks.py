@@ -119,6 +119,7 @@ def _set(folder: Path, section: str, line: str) -> None:
     path.write_text("\n".join(kept).replace(section, f"{section}\n{line}", 1) + "\n")
 
 
+@pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
 def test_verify_tasks_is_refused_for_a_harbor_task():
     env = CodingEnv(tasks={"harbor": FIXTURES / "fix-calc"}, sandbox="local", verify_tasks=True)
     try:
@@ -212,3 +213,21 @@ def test_the_command_line_takes_harbor_folders(capsys):
                                              repo=None, repos=None))
     with pytest.raises(UserError, match="harbor:.*missing: no such folder"):
         options.load_tasks(f"harbor:{FIXTURES / 'missing'}")
+
+
+@pytest.mark.parametrize("workdir", ["/", "/tmp/work", "/etc", "/a b"])
+def test_a_workdir_that_cannot_be_the_workspace_is_refused(tmp_path, workdir):
+    folder = copy_task(tmp_path, "edit-greeting")
+    _set(folder, "[environment]", f'workdir = "{workdir}"')
+    with pytest.raises(HarborTaskError, match="cannot be the agent's workspace"):
+        load_harbor_task(folder)
+
+
+@pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
+def test_a_harbor_task_is_refused_off_docker(local_pool):
+    env = CodingEnv(tasks={"harbor": FIXTURES / "fix-calc"}, sandbox=local_pool)
+    try:
+        with pytest.raises(ConfigError, match="plays only on the docker sandbox backend"):
+            env.reset()
+    finally:
+        env.close()
