@@ -18,6 +18,7 @@ import pytest
 from opd_gym import CodingEnv
 from opd_gym.errors import ConfigError
 from opd_gym.grading.harbor import read_reward
+from opd_gym.sandboxes.env_image import DockerfileSpec
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
 from opd_gym.tasks.harbor import HarborNote, HarborTaskError, load_harbor, load_harbor_task
 from opd_gym.tasks.resolve import resolve_tasks
@@ -231,3 +232,30 @@ def test_a_harbor_task_is_refused_off_docker(local_pool):
             env.reset()
     finally:
         env.close()
+
+
+def test_the_dockerfile_names_its_bases(tmp_path):
+    (tmp_path / "Dockerfile").write_text(
+        "FROM python:3.12-slim AS build\nRUN true\nFROM --platform=linux/amd64 build\n"
+        "FROM debian:12 AS final\n")
+    spec = DockerfileSpec(tmp_path)
+    assert spec.bases == ("python:3.12-slim", "debian:12")  # a stage is not a base
+    before = spec.tag("sha256:a")
+    (tmp_path / "data.txt").write_text("x")  # every file of the context is in the tag
+    assert spec.tag("sha256:a") != before and spec.tag("sha256:b") != spec.tag("sha256:a")
+    (tmp_path / "Dockerfile").write_text("ARG BASE\nFROM ${BASE}\n")
+    with pytest.raises(ConfigError, match="names a build argument"):
+        _ = DockerfileSpec(tmp_path).bases
+
+
+@pytest.mark.docker
+def test_a_base_image_not_on_the_machine_is_refused_not_pulled(tmp_path):
+    from opd_gym.sandboxes import SandboxUnavailable
+    from opd_gym.sandboxes.docker import DockerEngine
+    from opd_gym.sandboxes.env_image import ImageCache
+
+    (tmp_path / "Dockerfile").write_text("FROM opd-gym-no-such-base:0\nRUN true\n")
+    cache = ImageCache(DockerEngine(), directory=tmp_path / "state")
+    with pytest.raises(SandboxUnavailable, match=r"not on this machine.*docker pull "
+                       "opd-gym-no-such-base:0"):
+        cache.ensure(DockerfileSpec(tmp_path))
