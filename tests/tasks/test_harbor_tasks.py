@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from opd_gym import CodingEnv
-from opd_gym.errors import ConfigError
+from opd_gym.agents import ReferenceAgent, WrongAgent, reference_script, run_episode
+from opd_gym.errors import ConfigError, DatasetError
 from opd_gym.grading.harbor import read_reward
 from opd_gym.sandboxes.env_image import DockerfileSpec
 from opd_gym.sandboxes.image import DEFAULT_IMAGE
@@ -131,22 +132,6 @@ def test_verify_tasks_is_refused_for_a_harbor_task():
 
 
 # -- episodes on Docker ----------------------------------------------------------------------
-def play(env: CodingEnv, task_id: str, commands: list[str]) -> dict:
-    env.reset(options={"task_id": task_id})
-    for command in commands:
-        obs, _, terminated, _, _ = env.step(format_tool_call("terminal", {"command": command}))
-        assert not terminated, obs
-    *_, terminated, _, info = env.step(format_tool_call("submit"))
-    assert terminated and info["end_reason"] == "submitted"
-    return info
-
-
-def solve_command(task) -> str:
-    """solution/solve.sh as one terminal command (the agent's action)."""
-    script = task.solution["solve.sh"]
-    return f"bash <<'OPD_SOLVE'\n{script}\nOPD_SOLVE\nls -la {task.harbor.workdir}"
-
-
 @pytest.mark.docker
 def test_harbor_tasks_play_on_docker_solved_and_untouched(harbor_dir):
     greeting, calc = (resolve_tasks(f"harbor:{harbor_dir / name}")[0]
@@ -162,15 +147,17 @@ def test_harbor_tasks_play_on_docker_solved_and_untouched(harbor_dir):
         assert grade["reward"] == 0.0 and grade["score"] == 0.0 and not grade["infra_error"]
         assert info["reward_breakdown"]["correctness"] == 0.0
 
-        info = play(env, greeting.id, [solve_command(greeting)])
+        # the reference: solution/solve.sh run through the terminal tool
+        info = run_episode(env, ReferenceAgent([greeting]),
+                           options={"task_id": greeting.id})["info"]
         assert info["grade"]["reward"] == 1.0, info["grade"]
         assert info["reward_breakdown"]["correctness"] == 1.0
         assert "verifier (tests/test.sh) gave reward 1" in info["messages"][-1]["content"]
 
         # the pytest-graded task (reward.json), in its own image
-        info = play(env, calc.id, [])
+        info = run_episode(env, WrongAgent([calc]), options={"task_id": calc.id})["info"]
         assert info["grade"]["reward"] == 0.0 and "2 failed" in info["grade"]["output"]
-        info = play(env, calc.id, [solve_command(calc)])
+        info = run_episode(env, ReferenceAgent([calc]), options={"task_id": calc.id})["info"]
         assert info["grade"]["reward"] == 1.0, info["grade"]
         assert "2 passed" in info["grade"]["output"]
     finally:
@@ -259,3 +246,14 @@ def test_a_base_image_not_on_the_machine_is_refused_not_pulled(tmp_path):
     with pytest.raises(SandboxUnavailable, match=r"not on this machine.*docker pull "
                        "opd-gym-no-such-base:0"):
         cache.ensure(DockerfileSpec(tmp_path))
+
+
+def test_the_reference_runs_solve_sh_alone(tmp_path):
+    task = load_harbor_task(FIXTURES / "fix-calc")
+    run, submit = reference_script(task)
+    assert "bash <<'OPD_SOLVE'" in run and "return a + b" in run and '"submit"' in submit
+    assert reference_script(task, wrong=True) == [submit]
+    folder = copy_task(tmp_path, "fix-calc")
+    (folder / "solution" / "patch.diff").write_text("x\n")
+    with pytest.raises(DatasetError, match="runs solve.sh alone"):
+        reference_script(load_harbor_task(folder))
