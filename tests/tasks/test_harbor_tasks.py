@@ -121,16 +121,6 @@ def _set(folder: Path, section: str, line: str) -> None:
     path.write_text("\n".join(kept).replace(section, f"{section}\n{line}", 1) + "\n")
 
 
-@pytest.mark.filterwarnings("ignore:opd_gym local sandbox")
-def test_verify_tasks_is_refused_for_a_harbor_task():
-    env = CodingEnv(tasks={"harbor": FIXTURES / "fix-calc"}, sandbox="local", verify_tasks=True)
-    try:
-        with pytest.raises(ConfigError, match="verify_tasks does not apply to Harbor tasks"):
-            env.verify()
-    finally:
-        env.close()
-
-
 # -- episodes on Docker ----------------------------------------------------------------------
 @pytest.mark.docker
 def test_harbor_tasks_play_on_docker_solved_and_untouched(harbor_dir):
@@ -215,8 +205,9 @@ def test_a_workdir_that_cannot_be_the_workspace_is_refused(tmp_path, workdir):
 def test_a_harbor_task_is_refused_off_docker(local_pool):
     env = CodingEnv(tasks={"harbor": FIXTURES / "fix-calc"}, sandbox=local_pool)
     try:
-        with pytest.raises(ConfigError, match="plays only on the docker sandbox backend"):
-            env.reset()
+        for start in (env.reset, env.verify):  # verify: its image is what it checks first
+            with pytest.raises(ConfigError, match="plays only on the docker sandbox backend"):
+                start()
     finally:
         env.close()
 
