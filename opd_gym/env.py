@@ -70,8 +70,9 @@ class CodingEnv(gym.Env[str, Any]):
     `w_c * c + w_e * c * (1 - (T - 1) / M) + w_u * tool_use` (see `opd_gym.rewards`).
 
     Args:
-        tasks: suite name (default "coding"), task file or folder, list of task ids of the
-            built-in suite, list of Tasks/rows, or a loader mapping (see `resolve_tasks`).
+        tasks: suite name (default "coding"), task file or folder, `harbor:FOLDER` (Harbor
+            task folders, docs/harbor.md), list of task ids of the built-in suite, list of
+            Tasks/rows, or a loader mapping (see `resolve_tasks`).
         sandbox: backend "docker" (default), "bwrap", "local", "auto", a mapping
             {"backend": ..., **options}, or a `SandboxPool` to share (not closed by the env).
         pool_size: warm sandboxes kept ready (each episode uses one, grading another).
