@@ -23,7 +23,7 @@ from opd_gym.grading import Grader, GradeReport
 from opd_gym.registration import register_envs
 from opd_gym.rewards import RewardWeights
 from opd_gym.spaces import ModelOutput, UnicodeText
-from opd_gym.tasks import RepoInfo, Task, load_suite, load_tasks
+from opd_gym.tasks import RepoInfo, Task, load_harbor, load_suite, load_tasks
 from opd_gym.transcript import Turn, messages_for_template
 from opd_gym.wrappers import TrajectoryRecorder
 
@@ -77,6 +77,7 @@ __all__ = [
     "UnicodeText",
     "__version__",
     "load_suite",
+    "load_harbor",
     "load_tasks",
     "messages_for_template",
     "register_envs",

@@ -29,13 +29,35 @@ from opd_gym.grading import Grader, GradeReport
 from opd_gym.records.task import Task
 from opd_gym.rewards import RewardBreakdown
 from opd_gym.sandboxes import Sandbox, SandboxPool, make_pool
-from opd_gym.sandboxes.env_image import DEFAULT_BUDGET, EnvironmentSpec, ImageCache, parse_size
+from opd_gym.sandboxes.env_image import (
+    DEFAULT_BUDGET,
+    DockerfileSpec,
+    EnvironmentSpec,
+    ImageCache,
+    parse_size,
+)
 from opd_gym.spaces import ModelOutput, UnicodeText
 from opd_gym.tasks.repo import environment
 from opd_gym.tasks.resolve import DEFAULT_SUITE, pick_task, resolve_tasks  # noqa: F401
 from opd_gym.tools.executor import ToolResult
 from opd_gym.tools.formats import ToolFormat
 from opd_gym.transcript import Message, Turn, render_messages
+
+
+def harbor_options(task: Task) -> dict[str, Any]:
+    """The sandbox settings a Harbor task's task.toml asks for (`DockerConfig` fields): the
+    agent works in its workdir, with its cpus, memory and storage (the workdir's size)."""
+    info = task.harbor
+    assert info is not None
+    options: dict[str, Any] = {"workspace": info.workdir}
+    if info.cpus is not None:
+        options["cpus"] = info.cpus
+    if info.memory_mb is not None:
+        options["mem_limit"] = f"{info.memory_mb}m"
+    if info.storage_mb is not None:
+        options["workspace_size"] = f"{info.storage_mb}m"
+    return options
+
 
 VERIFY_TRIES = 2  # a calibration that cannot finish is tried again before it names a task
 
@@ -48,8 +70,9 @@ class CodingEnv(gym.Env[str, Any]):
     `w_c * c + w_e * c * (1 - (T - 1) / M) + w_u * tool_use` (see `opd_gym.rewards`).
 
     Args:
-        tasks: suite name (default "coding"), task file or folder, list of task ids of the
-            built-in suite, list of Tasks/rows, or a loader mapping (see `resolve_tasks`).
+        tasks: suite name (default "coding"), task file or folder, `harbor:FOLDER` (Harbor
+            task folders, docs/harbor.md), list of task ids of the built-in suite, list of
+            Tasks/rows, or a loader mapping (see `resolve_tasks`).
         sandbox: backend "docker" (default), "bwrap", "local", "auto", a mapping
             {"backend": ..., **options}, or a `SandboxPool` to share (not closed by the env).
         pool_size: warm sandboxes kept ready (each episode uses one, grading another).
@@ -139,7 +162,7 @@ class CodingEnv(gym.Env[str, Any]):
         self._verified: set[str] = set()
         self._setup_lock = threading.Lock()
         self._images: ImageCache | None = None
-        self._built: dict[EnvironmentSpec, str] = {}  # spec -> tag, once ensured here
+        self._built: dict[EnvironmentSpec | DockerfileSpec, str] = {}  # spec -> tag, once here
         self.episode: Episode | None = None
         self._printed = 0
         self._closed = False
@@ -215,6 +238,10 @@ class CodingEnv(gym.Env[str, Any]):
         """Why `task` cannot be verified ("": it can), calibrated once (thread-safe: a run
         checks its tasks in threads; pools and images are made under the env's lock).
         Raises CalibrationError, remembering nothing, where the calibration could not finish."""
+        if task.harbor is not None:  # no calibration (its verifier is its own test.sh): what
+            with self._setup_lock:  # can be checked first is that its image builds
+                self._pool_for(task)
+            return ""
         if task.id not in self._verified:
             with self._setup_lock:
                 grader = self._pool_for(task)[1]
@@ -262,10 +289,19 @@ class CodingEnv(gym.Env[str, Any]):
             self.pool = make_pool(self.sandbox_spec, size=self.pool_size)
         if self.grader is None:
             self.grader = Grader(self.pool)
-        where = environment(task, self.setup_cache)
+        options: dict[str, Any] = {}
+        if task.harbor is not None:  # its Dockerfile's image, its limits, its workdir
+            if self.pool.factory_for_image is None:
+                raise ConfigError(f"task {task.id!r} is a Harbor task: it plays only on the "
+                                  "docker sandbox backend (its environment is an image)")
+            where: str | EnvironmentSpec | DockerfileSpec | None = DockerfileSpec(
+                Path(task.harbor.environment), task.harbor.build_timeout)
+            options = harbor_options(task)
+        else:
+            where = environment(task, self.setup_cache)
         if where is None:
             return self.pool, self.grader
-        if isinstance(where, EnvironmentSpec):
+        if isinstance(where, EnvironmentSpec | DockerfileSpec):
             tag = self._built.get(where)
             if tag is None:
                 if self._images is None:
@@ -275,7 +311,7 @@ class CodingEnv(gym.Env[str, Any]):
                 tag = self._built[where] = self._images.ensure(where).tag
         else:
             tag = where
-        pool = self.pool.with_image(tag)
+        pool = self.pool.with_image(tag, **options)
         # the image pool's grader derives from the env's (a run's, shared by its slots): one
         # calibration per task, whichever env plays it
         return pool, self.grader.for_sandboxes(pool)

@@ -20,6 +20,7 @@ from typing import Any
 from opd_gym.actions import ModelOutputData, to_model_output
 from opd_gym.errors import ConfigError, OPDGymError
 from opd_gym.grading import Grader, GradeReport
+from opd_gym.grading.harbor import grade_harbor, workdir_files
 from opd_gym.records.task import Task
 from opd_gym.rewards import RewardBreakdown, RewardWeights, compute_reward
 from opd_gym.sandboxes import Sandbox, SandboxDied, SandboxError, SandboxPool, SandboxTimeout
@@ -128,7 +129,8 @@ class Episode:
         # episode would re-run the starter and the reference at every submit.
         self._grader = grader if grader is not None else Grader(pool)
         # the grade's runs are drawn while the agent works (a calibrated task's; no sandbox)
-        self._grader.prepare(task)
+        if task.harbor is None:  # a Harbor task's verifier is its test.sh: nothing to draw
+            self._grader.prepare(task)
         self.sandbox: Sandbox | None = _prepared_sandbox(pool, task)
         self._executor = ToolExecutor(self.sandbox, default_timeout=settings.tool_timeout,
                                       max_timeout=settings.max_tool_timeout,
@@ -313,7 +315,9 @@ class Episode:
                 format_errors: int) -> tuple[list[ToolResult], Died | None]:
         """Grade the workspace (unless the sandbox died) and compute the reward."""
         report: GradeReport | None = None
-        if died is None and self.sandbox is not None:
+        if died is None and self.sandbox is not None and self.task.harbor is not None:
+            report = grade_harbor(self.task, self.sandbox)  # the agent's container, then freed
+        elif died is None and self.sandbox is not None:
             try:
                 files = self.sandbox.snapshot()
             except (SandboxDied, SandboxTimeout) as exc:
@@ -385,6 +389,11 @@ def _prepared_sandbox(pool: SandboxPool, task: Task) -> Sandbox:
         try:
             if task.repo is not None:  # the tree and its .git, in one archive
                 sandbox.write_files(workspace_files(task))
+            elif task.harbor is not None:  # what the image holds in the workdir it works in
+                sandbox.start()
+                seed = workdir_files(sandbox.engine, sandbox.config.image, task.harbor.workdir)
+                if seed:
+                    sandbox.write_files(seed)
             else:
                 for path, text in task.files.items():
                     sandbox.write_file(path, text)

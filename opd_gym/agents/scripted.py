@@ -37,6 +37,8 @@ def reference_script(task: Task, *, wrong: bool = False) -> list[str]:
     """
     if not task.solution:
         raise DatasetError(f"task {task.id!r} ships no reference solution")
+    if task.harbor is not None:
+        return harbor_reference_script(task, wrong=wrong)
     turns = [
         format_tool_call("write_file", {"path": path, "content": "" if wrong else text})
         for path, text in sorted(task.solution.items())
@@ -44,6 +46,25 @@ def reference_script(task: Task, *, wrong: bool = False) -> list[str]:
     turns.append(format_tool_call("terminal", {"command": check_command(sorted(task.solution))}))
     turns.append(SUBMIT_CALL)
     return turns
+
+
+def harbor_reference_script(task: Task, *, wrong: bool = False) -> list[str]:
+    """A Harbor task's reference: its solution/solve.sh run in the terminal, then submit
+    (`wrong`: submit the untouched workdir). Only solve.sh runs: a solution reading other
+    files from /solution (Harbor copies the folder there) is refused."""
+    script = task.solution.get("solve.sh")
+    if script is None:
+        raise DatasetError(f"Harbor task {task.id!r} ships no solution/solve.sh")
+    if len(task.solution) > 1:
+        raise DatasetError(f"Harbor task {task.id!r}: its solution/ holds more than solve.sh; "
+                           "the reference runs solve.sh alone (no /solution folder is given)")
+    if wrong:
+        return [SUBMIT_CALL]
+    end = "OPD_SOLVE"
+    while end in script:
+        end += "_"
+    command = f"bash <<'{end}'\n{script.rstrip()}\n{end}"
+    return [format_tool_call("terminal", {"command": command}), SUBMIT_CALL]
 
 
 def in_format(output: str, tool_format: str) -> str:

@@ -23,7 +23,8 @@ DEFAULT_TOOL_OUTPUT = 10_000
 
 TASKS_HELP = ("suite name, task folder, task or dataset file (JSONL/JSON/YAML/TOML in our schema "
               "or HumanEval, MBPP, APPS, CodeContests rows; SWE-bench/SWE-Gym/SWE-smith rows "
-              "with --repo/--repos), a `tasks synth` manifest, or hf:NAME[@SPLIT]")
+              "with --repo/--repos), a `tasks synth` manifest, hf:NAME[@SPLIT], or "
+              "harbor:FOLDER (a Harbor task folder, or a folder of them)")
 SCHEMA_CHOICES = ["auto", "opd_gym", "humaneval", "mbpp", "apps", "code_contests",
                   "swebench"]
 
@@ -278,6 +279,11 @@ def task_spec(args: argparse.Namespace, source: str | None = None) -> Any:
     schema = getattr(args, "schema", None)
     extra: dict[str, Any] = {"skip_invalid": True} if getattr(args, "skip_invalid", False) else {}
     where = repos(args)
+    if source.startswith("harbor:"):
+        if where is not None or schema not in (None, "auto") or extra:
+            raise UserError("--schema, --skip-invalid and --repo/--repos do not apply to "
+                            "harbor: task folders")
+        return source
     if where is not None:
         if source.startswith("hf:"):
             raise UserError("--repo/--repos apply to a file of SWE-bench-style rows, not to "
@@ -360,12 +366,16 @@ def tool_format_name(spec: str, policy: str | None) -> str:
 def load_tasks(spec: Any) -> Any:
     """The tasks a spec names, every loading failure one line (a UserError)."""
     import sys
+    import warnings
 
+    from opd_gym.tasks.harbor import HarborNote
     from opd_gym.tasks.resolve import resolve_tasks
 
     shown = spec if isinstance(spec, str) else spec.get("source") or f"hf:{spec.get('dataset')}"
     try:
-        tasks = resolve_tasks(spec)
+        with warnings.catch_warnings():  # a Harbor task's notes: printed once, below
+            warnings.filterwarnings("ignore", category=HarborNote)
+            tasks = resolve_tasks(spec)
     except FileNotFoundError as exc:
         raise UserError(
             f"no task source {shown!r}: give a suite name, task file or folder ({exc})"
@@ -375,6 +385,9 @@ def load_tasks(spec: Any) -> Any:
     except Exception as exc:  # a dataset hub error, a corrupt file: one line, no traceback
         raise UserError(f"cannot load tasks from {shown!r}: {type(exc).__name__}: "
                         f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    for task in tasks:  # what of a Harbor task's task.toml runs otherwise than asked
+        for note in task.harbor.notes if task.harbor is not None else ():
+            print(f"opd-gym: task {task.id}: {note}", file=sys.stderr)
     skipped = getattr(tasks, "skipped", [])
     if skipped:
         print(f"opd-gym: skipped {len(skipped)} invalid task row(s) of {shown!r} "

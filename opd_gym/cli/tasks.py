@@ -69,6 +69,11 @@ def run_validate(args: argparse.Namespace) -> int:
                         "positional form), not both")
     tasks = options.load_tasks(options.task_spec(args, args.path if not given else None))
     chosen = options.select_tasks(args, tasks)
+    harbor = [t.id for t in chosen if t.harbor is not None]
+    if harbor:
+        raise UserError(f"tasks validate does not apply to Harbor tasks yet ({harbor[0]}...): "
+                        "their verifier is tests/test.sh; play the reference through the env "
+                        "instead (opd_gym.agents.ReferenceAgent runs solution/solve.sh)")
     if len(chosen) < len(tasks):
         print(f"validating {len(chosen)} of the source's {len(tasks)} tasks")
     return validate(chosen, args.sandbox, args.workers)

@@ -63,7 +63,8 @@ class GradeReport:
     failing gates; `canaried` counts the tests with a valid canary; `calibrated` says the
     canaries were validated with the reference solution and the gates taken from the starter's
     run. `unverifiable`: the task has no earning test, so no grade of it says anything about
-    the code (an infra error too: masked in rows, summaries and exports).
+    the code (an infra error too: masked in rows, summaries and exports). `reward`: a Harbor
+    task's verifier reward (read from its reward file), which is then the score.
     """
 
     task_id: str
@@ -88,6 +89,7 @@ class GradeReport:
     canaried: int = 0
     calibrated: bool = False
     unverifiable: bool = False
+    reward: float | None = None  # a Harbor task's verifier reward (its reward file), the score
 
     @property
     def total(self) -> int:
@@ -96,6 +98,8 @@ class GradeReport:
 
     @property
     def score(self) -> float:
+        if self.reward is not None and not self.reason:
+            return self.reward
         if self.reason or self.forgery or self.gates_failed or not self.earning:
             return 0.0
         return self.earned / self.earning
@@ -112,6 +116,8 @@ class GradeReport:
         such."""
         if self.reason:
             return f"Hidden tests: grading failed ({self.reason})."
+        if self.reward is not None:
+            return f"Hidden tests: the verifier (tests/test.sh) gave reward {self.reward:g}."
         failing = [t.name for t in self.tests if t.outcome not in PASSING and not t.neutral]
         text = f"Hidden tests: {self.passed + self.xpassed} of {self.total} passed."
         if failing:

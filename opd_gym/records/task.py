@@ -77,6 +77,36 @@ class RepoInfo:
 
 
 @dataclass(frozen=True)
+class HarborInfo:
+    """What makes a Task a Harbor task: its folder, its environment and its verifier's limits.
+
+    The task plays in the image built from `environment` (its Dockerfile), the agent working
+    in `workdir`; it is graded by running `tests/test.sh` (the Task's `tests`, copied to
+    `/tests` only then) in a fresh container of the agent's final filesystem, whose reward
+    file gives the score. `notes` say what of task.toml was changed to fit opd_gym (e.g. a
+    network asked for and not given), shown at load and in the task's metadata.
+    """
+
+    directory: str  # the task folder (task.toml, instruction.md, environment/, tests/)
+    environment: str  # the Docker build context: environment/ (holds the Dockerfile)
+    workdir: str = "/app"  # where the agent works (the Dockerfile's last WORKDIR)
+    verifier_timeout: float = 600.0
+    agent_timeout: float | None = None
+    build_timeout: float = 600.0
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    verifier_env: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "notes", tuple(self.notes))
+        object.__setattr__(self, "verifier_env", MappingProxyType(dict(self.verifier_env)))
+        if not self.workdir.startswith("/"):
+            raise DatasetError(f"Harbor task {self.directory!r}: workdir must be absolute")
+
+
+@dataclass(frozen=True)
 class Task:
     """One coding task.
 
@@ -102,6 +132,7 @@ class Task:
     pytest_ini: str | None = None
     test_ids: tuple[str, ...] | None = None
     repo: RepoInfo | None = None
+    harbor: HarborInfo | None = None
     assets: Mapping[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,5 +165,9 @@ class Task:
             elif tuple(self.test_ids) != self.repo.test_ids:
                 raise DatasetError(f"task {self.id!r}: test_ids must be the repository task's "
                                    "FAIL_TO_PASS + PASS_TO_PASS")
+        if self.harbor is not None and not isinstance(self.harbor, HarborInfo):
+            raise DatasetError(f"task {self.id!r}: harbor must be a HarborInfo")
+        if self.harbor is not None and self.repo is not None:
+            raise DatasetError(f"task {self.id!r}: a task is a repository or a Harbor task")
         object.__setattr__(self, "tags", tuple(self.tags))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))

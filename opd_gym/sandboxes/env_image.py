@@ -111,6 +111,62 @@ class EnvironmentSpec:
         return f"{REPOSITORY}:{hashlib.sha256(payload.encode()).hexdigest()[:20]}"
 
 
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$",
+                   re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class DockerfileSpec:
+    """An environment image built from a Dockerfile (a Harbor task's `environment/`).
+
+    Built offline like setup steps: no network for its RUN steps and no pull, so every base
+    image it names must already be on this machine. Its tag hashes the base images' ids and
+    every file of the build context, so a changed file or base rebuilds it, an unchanged one
+    is built once per machine.
+    """
+
+    context: Path  # the build context: holds `Dockerfile`
+    build_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "context", Path(self.context))
+        if not (self.context / "Dockerfile").is_file():
+            raise ConfigError(f"{self.context}: no Dockerfile in the environment folder")
+
+    @property
+    def bases(self) -> tuple[str, ...]:
+        """The images the Dockerfile builds FROM (its own stage names left out)."""
+        text = (self.context / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+        stages: set[str] = set()
+        found: list[str] = []
+        for match in _FROM.finditer(text):
+            image, stage = match.group(1), match.group(2)
+            if "$" in image:
+                raise ConfigError(f"{self.context / 'Dockerfile'}: FROM {image} names a build "
+                                  "argument; opd_gym builds without build arguments: write "
+                                  "the image's name")
+            if image.lower() not in stages and image != "scratch":
+                found.append(image)
+            if stage:
+                stages.add(stage.lower())
+        if not found:
+            raise ConfigError(f"{self.context / 'Dockerfile'}: no FROM line names a base image")
+        return tuple(dict.fromkeys(found))
+
+    @property
+    def base(self) -> str:
+        return self.bases[0]
+
+    def tag(self, base_id: str, more_ids: Sequence[str] = ()) -> str:
+        """`opd-gym-env:<hash>` of this context on base images with these ids."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps([base_id, *more_ids]).encode())
+        for path in sorted(p for p in self.context.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(self.context)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return f"{REPOSITORY}:{digest.hexdigest()[:20]}"
+
+
 @dataclass(frozen=True)
 class BuildReport:
     """One `ImageCache.ensure`: the tag, whether it was built now, how long, how big."""
@@ -132,14 +188,28 @@ class ImageCache:
     _locks: dict[str, threading.Lock] = field(default_factory=dict, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def ensure(self, spec: EnvironmentSpec) -> BuildReport:
+    def ensure(self, spec: EnvironmentSpec | DockerfileSpec) -> BuildReport:
         """The image for `spec`, built now unless this machine already has it."""
         started = time.perf_counter()
-        base_id = self._image_id(spec.base)
-        if base_id is None:
-            raise SandboxUnavailable(f"the base image {spec.base!r} of an environment is "
-                                     "missing: run `opd-gym sandbox build`")
-        tag = spec.tag(base_id)
+        if isinstance(spec, DockerfileSpec):
+            ids = []
+            for base in spec.bases:
+                found = self._image_id(base)
+                if found is None:
+                    how = ("run `opd-gym sandbox build`" if base == DEFAULT_IMAGE else
+                           f"environment images build offline: pull it first (`docker pull "
+                           f"{base}`)")
+                    where = spec.context / "Dockerfile"
+                    raise SandboxUnavailable(f"the base image {base!r} of {where} is not on "
+                                             f"this machine: {how}")
+                ids.append(found)
+            tag = spec.tag(ids[0], ids[1:])
+        else:
+            base_id = self._image_id(spec.base)
+            if base_id is None:
+                raise SandboxUnavailable(f"the base image {spec.base!r} of an environment is "
+                                         "missing: run `opd-gym sandbox build`")
+            tag = spec.tag(base_id)
         with self._guard:
             lock = self._locks.setdefault(tag, threading.Lock())
         with lock, self._file_lock(tag):
@@ -152,9 +222,31 @@ class ImageCache:
         return BuildReport(tag, built, time.perf_counter() - started, self._size(tag))
 
     # -- building ---------------------------------------------------------------------------
-    def _build(self, spec: EnvironmentSpec, tag: str) -> None:
+    def _build_dockerfile(self, spec: DockerfileSpec, tag: str) -> None:
+        """`docker build` of the context, offline (no network for RUN, no pull)."""
+        import docker
+        from docker.errors import BuildError, DockerException
+
+        self._say(f"building {tag} from {spec.context / 'Dockerfile'}")
+        try:
+            client = docker.from_env(timeout=int(spec.build_timeout) + 30)
+            client.images.build(path=str(spec.context), tag=tag, network_mode="none",
+                                pull=False, rm=True, forcerm=True,
+                                labels={IMAGE_LABEL: "1", BASE_LABEL: spec.base})
+        except BuildError as exc:
+            log = "".join(str(part.get("stream") or part.get("error") or "")
+                          for part in exc.build_log)[-1500:]
+            raise ConfigError(f"building {tag} from {spec.context / 'Dockerfile'} failed "
+                              f"(offline: no network, no pull): {exc.msg}\n{log}") from None
+        except DockerException as exc:
+            raise SandboxError(f"could not build the environment image {tag}: {exc}") from None
+        self._say(f"built {tag}")
+
+    def _build(self, spec: EnvironmentSpec | DockerfileSpec, tag: str) -> None:
         from docker.errors import DockerException
 
+        if isinstance(spec, DockerfileSpec):
+            return self._build_dockerfile(spec, tag)
         volumes = {}
         if spec.cache_dir is not None:
             volumes[str(Path(spec.cache_dir).resolve())] = {"bind": SETUP_CACHE_MOUNT,
@@ -310,4 +402,4 @@ class ImageCache:
             self.log(line)
 
 
-__all__ = ["BuildReport", "EnvironmentSpec", "ImageCache", "parse_size"]
+__all__ = ["BuildReport", "DockerfileSpec", "EnvironmentSpec", "ImageCache", "parse_size"]

@@ -80,6 +80,6 @@ def make_pool(
     name, options = _split(spec)
     for_image = None
     if resolve_backend(name) == "docker":
-        def for_image(image: str) -> Callable[[], Sandbox]:
-            return sandbox_factory({**options, "backend": "docker", "image": image})
+        def for_image(image: str, **more: Any) -> Callable[[], Sandbox]:
+            return sandbox_factory({**options, **more, "backend": "docker", "image": image})
     return SandboxPool(factory, size=size, factory_for_image=for_image, **kwargs)

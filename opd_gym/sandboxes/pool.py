@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 from opd_gym.errors import ConfigError
 from opd_gym.sandboxes.base import Sandbox, SandboxError, SandboxTimeout
@@ -32,7 +32,7 @@ class SandboxPool:
         *,
         workers: int = 2,
         acquire_timeout: float = 120.0,
-        factory_for_image: Callable[[str], Callable[[], Sandbox]] | None = None,
+        factory_for_image: Callable[..., Callable[[], Sandbox]] | None = None,
         prepare: Callable[[Sandbox], Prepared] | None = None,
     ) -> None:
         if size < 0:
@@ -41,7 +41,7 @@ class SandboxPool:
         self.factory_for_image = factory_for_image
         self.prepare = prepare
         self._workers = workers
-        self._by_image: dict[str, SandboxPool] = {}
+        self._by_image: dict[Any, SandboxPool] = {}
         self._by_preparation: dict[str, SandboxPool] = {}
         self._prepared: dict[int, Prepared] = {}  # id(ready sandbox): what prepare made
         self.size = size
@@ -154,20 +154,23 @@ class SandboxPool:
         else:
             self._track(self._executor.submit(sandbox.close))
 
-    def with_image(self, image: str) -> SandboxPool:
+    def with_image(self, image: str, **options: Any) -> SandboxPool:
         """A warm pool like this one whose sandboxes run `image` (made on first use, kept and
-        closed with this pool); refused for a backend that cannot run images."""
+        closed with this pool); refused for a backend that cannot run images. `options`
+        change the container's settings (`DockerConfig` fields, e.g. a Harbor task's
+        workspace and limits); a pool is kept per image and options."""
+        key = (image, tuple(sorted(options.items()))) if options else image
         with self._lock:
             if self._closed:
                 raise SandboxError("the sandbox pool is closed")
-            pool = self._by_image.get(image)
+            pool = self._by_image.get(key)
             if pool is None:
                 if self.factory_for_image is None:
                     raise ConfigError(f"this task runs in its own image ({image}), which only "
                                       "the docker sandbox backend can start")
-                pool = SandboxPool(self.factory_for_image(image), self.size,
+                pool = SandboxPool(self.factory_for_image(image, **options), self.size,
                                    workers=self._workers, acquire_timeout=self.acquire_timeout)
-                self._by_image[image] = pool
+                self._by_image[key] = pool
             return pool
 
     def wait_ready(self, timeout: float = 60.0) -> bool:

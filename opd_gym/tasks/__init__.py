@@ -1,6 +1,6 @@
 """Tasks: the Task record, the built-in suites, file/row loaders and dataset adapters."""
 
-from opd_gym.records.task import RepoInfo, Task
+from opd_gym.records.task import HarborInfo, RepoInfo, Task
 from opd_gym.tasks.adapters import (
     ADAPTERS,
     from_apps,
@@ -8,6 +8,7 @@ from opd_gym.tasks.adapters import (
     from_humaneval,
     from_mbpp,
 )
+from opd_gym.tasks.harbor import load_harbor, load_harbor_task
 from opd_gym.tasks.loaders import (
     TaskList,
     convert_rows,
@@ -26,6 +27,7 @@ from opd_gym.tasks.swebench import load_swebench
 
 __all__ = [
     "ADAPTERS",
+    "HarborInfo",
     "RepoInfo",
     "Task",
     "TaskList",
@@ -36,6 +38,8 @@ __all__ = [
     "from_humaneval",
     "from_mbpp",
     "load_env_spec",
+    "load_harbor",
+    "load_harbor_task",
     "load_hf_dataset",
     "load_suite",
     "load_suite_dir",

@@ -17,6 +17,7 @@ from opd_gym.records.task import Task
 from opd_gym.tasks.loaders import TaskList, load_hf_dataset, load_tasks
 
 DEFAULT_SUITE = "coding"
+HARBOR_PREFIX = "harbor:"  # `harbor:FOLDER`: a Harbor task folder, or a folder of them
 
 
 def resolve_tasks(spec: Any) -> list[Task]:
@@ -25,7 +26,8 @@ def resolve_tasks(spec: Any) -> list[Task]:
     A mapping is a loader call: `{"source": path_or_suite, "schema": ..., "ids": [...]}`
     (with `"repos": {"owner/name": history}` or a folder for SWE-bench-style rows) or
     `{"dataset": hub_name_or_path, "schema": ..., "split": ..., "limit": ...}` or
-    `{"swebench": rows_file, "repos": {"owner/name": checkout_or_bundle} or folder}`, each with
+    `{"swebench": rows_file, "repos": {"owner/name": checkout_or_bundle} or folder}` or
+    `{"harbor": task_folder_or_folder_of_them}` (also the string `"harbor:FOLDER"`), each with
     `"skip_invalid": True` to skip bad rows. The result is a `TaskList` (its `.skipped` names
     the rows skipped).
     """
@@ -33,6 +35,10 @@ def resolve_tasks(spec: Any) -> list[Task]:
         spec = DEFAULT_SUITE
     if isinstance(spec, Task):
         tasks: list[Task] = TaskList([spec])
+    elif isinstance(spec, str) and spec.startswith(HARBOR_PREFIX):
+        from opd_gym.tasks.harbor import load_harbor
+
+        tasks = load_harbor(spec[len(HARBOR_PREFIX):])
     elif isinstance(spec, str):
         tasks = load_tasks(spec)
     elif isinstance(spec, Mapping):
@@ -40,6 +46,10 @@ def resolve_tasks(spec: Any) -> list[Task]:
         ids = options.pop("ids", None)
         if "dataset" in options:
             tasks = load_hf_dataset(options.pop("dataset"), **options)
+        elif "harbor" in options:
+            from opd_gym.tasks.harbor import load_harbor
+
+            tasks = load_harbor(options.pop("harbor"))
         elif "swebench" in options:  # SWE-bench-style rows + {"repos": {name: checkout}}
             from opd_gym.tasks.swebench import load_swebench
 
