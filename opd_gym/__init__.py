@@ -39,7 +39,7 @@ _LAZY = {
     "OPDWrapper": "opd_gym.opd.wrapper",
     "OPDConfig": "opd_gym.opd.config",
     # Harbor ATIF trajectories scored by the teacher (the inverse of export --to atif)
-    **{n: "opd_gym.opd.atif_in" for n in ("score_trajectories", "score_trajectory")},
+    **{n: "opd_gym.exports.atif_in" for n in ("score_trajectories", "score_trajectory")},
     "ModelClient": "opd_gym.models.client",
     "EpisodeRow": "opd_gym.runs",
     "RunDirectory": "opd_gym.runs",

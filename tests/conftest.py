@@ -153,7 +153,7 @@ def tiny_model_path(tmp_path_factory):
 def student_run(tmp_path_factory):
     """A real local-sandbox rollout: tiny student (seed 0) sampling, tiny teacher (seed 1),
     rule judge, top-8: (run folder, student model folder). Shared by the export tests and
-    ATIF in (tests/opd/test_atif_in.py); tests that change it work on a copy."""
+    ATIF in (tests/exports/test_atif_in.py); tests that change it work on a copy."""
     from opd_gym.agents.policies import make_agent_factory
     from opd_gym.models import build_tiny_model
     from opd_gym.rollout import RolloutConfig, run_rollout

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from opd_gym import specs
-    from opd_gym.opd.atif_in import score_trajectories
+    from opd_gym.exports.atif_in import score_trajectories
     from opd_gym.opd.config import OPDConfig
 
     teacher = specs.resolve_model(args.teacher)

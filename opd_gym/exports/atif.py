@@ -9,7 +9,7 @@ ATIF has fields for the student's exact tokens (`metrics.prompt_token_ids`,
 turn's OPD record, whole, under the one key `extra["opd"]` (`OPDRecord.to_dict()`, schema
 ``opd_gym.opd_record/1``; `OPDRecord.from_dict` reads it back), and what the env reported of
 the turn (tool results, format errors, grade, end reason: what the judge read) under
-`extra["turn"]`, so `opd-gym score-trajectories` (`opd_gym.opd.atif_in`) can judge it again.
+`extra["turn"]`, so `opd-gym score-trajectories` (`opd_gym.exports.atif_in`) can judge it again.
 
 Exact or refused, like every run export (`opd_gym.exports.run`): token ids and logprobs are
 the ones the policy recorded, never re-tokenized or filled in. A run whose turns have no

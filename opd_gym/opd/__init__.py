@@ -1,6 +1,5 @@
 """On-policy distillation: judges, teachers, the OPD record, and the OPDWrapper."""
 
-from typing import Any
 
 from opd_gym.opd.config import OPDConfig
 from opd_gym.opd.judges import JudgeInput, LLMJudge, RuleJudge, Verdict, make_judge
@@ -19,16 +18,5 @@ __all__ = [
     "RuleJudge",
     "Verdict",
     "make_judge",
-    "score_trajectories",
-    "score_trajectory",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """ATIF in (`opd_gym.opd.atif_in`) on first access: it reads exports, which read records
-    of this package, so importing it here eagerly would be circular."""
-    if name in ("score_trajectories", "score_trajectory"):
-        from opd_gym.opd import atif_in
-
-        return getattr(atif_in, name)
-    raise AttributeError(f"module 'opd_gym.opd' has no attribute {name!r}")

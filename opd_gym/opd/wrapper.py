@@ -269,7 +269,7 @@ def make_scorer(cfg: OPDConfig, *, student_temperature: float | None = None
     """The scorer an OPD config describes: (scorer, the teacher and judge built here from
     specs, for the caller to close; the student tokenizer `cfg.student_tokenizer` names,
     checked against the teacher's, or None). One construction for the wrapper and for
-    scoring trajectories read back (`opd_gym.opd.atif_in`), so both score alike."""
+    scoring trajectories read back (`opd_gym.exports.atif_in`), so both score alike."""
     from opd_gym import specs
     from opd_gym.opd.judges import make_judge
     from opd_gym.opd.teachers import make_teacher

@@ -302,11 +302,11 @@ def test_atif_steps_carry_the_tool_calls_and_their_output(run_dir, tmp_path):
         assert {c["function_name"] for s in agent for c in s["tool_calls"]} >= {
             "terminal", "write_file", "edit_file", "submit"}
     assert set(harbor_validate(paths).values()) == {"ok"}
-    # read back (tests/opd/test_atif_in.py): the transcript rebuilt from the steps, tool calls
+    # read back (tests/exports/test_atif_in.py): the transcript rebuilt from the steps, tool calls
     # and their messages included, scores each turn as the run did (retokenized, as the run's
     # own records are: the scripted policy gives no ids) and the judge reads the same tool
     # results from extra.turn: every record equal to the run's but its timing
-    from opd_gym.opd.atif_in import score_trajectories
+    from opd_gym.exports.atif_in import score_trajectories
 
     scored, count, _ = score_trajectories(paths, tmp_path / "scored.jsonl",
                                           teacher=f"hf:{model}", topk=4, reconstruct=True)

@@ -122,9 +122,9 @@ def test_exact_served_turns_give_exact_records_every_export_takes(exact_server, 
                                                                  for t in row.turns]
     assert all(s["observation"]["results"][0]["source_call_id"] == s["tool_calls"][0][
         "tool_call_id"] for s in agent)
-    # read back (score-trajectories, tests/opd/test_atif_in.py): the server's teacher and
+    # read back (score-trajectories, tests/exports/test_atif_in.py): the server's teacher and
     # judge score the trajectory's exact ids, tool calls and results to the served records
-    from opd_gym.opd.atif_in import score_trajectory
+    from opd_gym.exports.atif_in import score_trajectory
 
     again = score_trajectory(json.loads(trajectory.read_text()), **OPD, student_tokenizer="tiny",
                              student_temperature=records[0].student_temperature)
