@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.grading import Grader
+from opd_gym.grading.store import CalibrationStore, make_grader
 from opd_gym.records.policy import close
 from opd_gym.rollout_core import (
     FROM_CONFIG,
@@ -84,7 +84,13 @@ def run_rollout(
     lock = threading.Lock()
     stop = Interrupt(grace, running=lambda: len(running))
     pool = specs.make_pool(config.sandbox, size=max(2, config.parallel + 1))
-    grader = Grader(pool)  # one per run: each task is calibrated once, whatever the slot
+    try:  # one per run: each task is calibrated once, whatever the slot
+        grader = make_grader(pool, config.calibrations)
+        if config.calibrations is not None and todo:
+            _say(calibrated_line(config.calibrations, tasks, task_ids))
+    except BaseException:
+        pool.close()
+        raise
     if config.verify_tasks and todo:  # before the first episode: no task that pays every 0
         try:
             task_ids = verified_task_ids(config, tasks, task_ids, todo, pool=pool,
@@ -160,6 +166,19 @@ def run_rollout(
     if aborted:
         raise KeyboardInterrupt
     return summary
+
+
+def calibrated_line(calibrations: str, tasks: list[Any], task_ids: list[str]) -> str:
+    """What the run says up front about its store: how many of the tasks it plays are
+    calibrated there, and that the others calibrate on first use."""
+    wanted = set(task_ids)
+    chosen = [t for t in tasks if t.id in wanted]
+    done = CalibrationStore.open(calibrations).count(chosen)
+    line = f"{done} of {len(chosen)} tasks calibrated in {calibrations}"
+    if done < len(chosen):
+        line += ("; the others calibrate before their first episode or at their first grade "
+                 "(minutes on some repo tasks): `opd-gym tasks calibrate` does it ahead")
+    return line
 
 
 def _say(message: str) -> None:

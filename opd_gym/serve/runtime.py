@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.grading import Grader
+from opd_gym.grading.store import make_grader
 from opd_gym.records.policy import close as close_quietly
 from opd_gym.records.rows import EpisodeRow
 from opd_gym.rollout_core import RowSink, build_env, load_teacher, opd_config
@@ -72,7 +72,7 @@ class ServeRuntime:
                 self.opd = self.opd.replace(student_tokenizer=self.student_tokenizer)
         self.pool = specs.make_pool(config.sandbox, size=config.pool_size,
                                     workers=max(2, min(config.pool_size, 8)))
-        self.grader = Grader(self.pool)
+        self.grader = make_grader(self.pool, self.rollout.calibrations)
         self._numbers = itertools.count()
         self._lock = threading.Lock()
         self._live: set[Any] = set()  # open session environments (closed at shutdown)
