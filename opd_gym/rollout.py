@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.grading.store import CalibrationStore, make_grader
+from opd_gym.grading.store import make_grader
 from opd_gym.records.policy import close
 from opd_gym.rollout_core import (
     FROM_CONFIG,
@@ -42,7 +42,7 @@ from opd_gym.runs import (
 from opd_gym.runs.config import RolloutConfig, plain_config
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
 from opd_gym.runs.progress import Progress
-from opd_gym.runs.verify import verified_task_ids
+from opd_gym.runs.verify import calibrated_line, verified_task_ids
 from opd_gym.tasks.resolve import resolve_tasks
 
 CANCEL_WAIT_S = 30.0  # after cancelling, how long the runner waits for episodes to return
@@ -166,19 +166,6 @@ def run_rollout(
     if aborted:
         raise KeyboardInterrupt
     return summary
-
-
-def calibrated_line(calibrations: str, tasks: list[Any], task_ids: list[str]) -> str:
-    """What the run says up front about its store: how many of the tasks it plays are
-    calibrated there, and that the others calibrate on first use."""
-    wanted = set(task_ids)
-    chosen = [t for t in tasks if t.id in wanted]
-    done = CalibrationStore.open(calibrations).count(chosen)
-    line = f"{done} of {len(chosen)} tasks calibrated in {calibrations}"
-    if done < len(chosen):
-        line += ("; the others calibrate before their first episode or at their first grade "
-                 "(minutes on some repo tasks): `opd-gym tasks calibrate` does it ahead")
-    return line
 
 
 def _say(message: str) -> None:

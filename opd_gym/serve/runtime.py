@@ -49,7 +49,8 @@ class ServeRuntime:
             parallel=config.max_sessions, max_turns=config.max_turns, opd=config.opd,
             opd_options=served_opd_options(config), tool_format=config.tool_format,
             max_tool_output_chars=config.max_tool_output_chars,
-            verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable)
+            verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable,
+            calibrations=config.calibrations)
         self.tasks = resolve_tasks(config.tasks)
         self.task_ids = {task.id for task in self.tasks}
         self.run = RunDirectory(self.rollout.out_dir)
