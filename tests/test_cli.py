@@ -250,6 +250,29 @@ def test_tasks_calibrate_fills_a_store_that_rollout_reads(tmp_path):
     assert _store_files(store) == files  # read, not calibrated again
 
 
+def test_tasks_calibrate_names_failures_and_stores_nothing_for_them(tmp_path):
+    """A task whose reference times out fails (exit 1, its reason said, nothing stored); one
+    whose reference fails its test is calibrated and named as one no grade can vouch for."""
+    starter = {"m.py": "def f():\n    return 0\n"}
+    tests = {"test_m.py": "from m import f\n\ndef test_f():\n    assert f() == 1\n"}
+    rows = [{"id": "good", "solution": {"m.py": "def f():\n    return 1\n"}},
+            {"id": "wrong_ref", "solution": {"m.py": "def f():\n    return 2\n"}},
+            {"id": "hangs", "timeout": 1,
+             "solution": {"m.py": "import time\ndef f():\n    time.sleep(60)\n    return 1\n"}}]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps({"prompt": "p", "files": starter, "tests": tests, **r})
+                              + "\n" for r in rows))
+    store = tmp_path / "calibrations"
+    result = opd_gym("tasks", "calibrate", "--tasks", str(source), "--calibrations", str(store),
+                     "--sandbox", "local", "--quiet")
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"2 calibrated, 0 already there, 1 failed (store {store})"
+    assert lines[1].startswith("  failed hangs: ") and "timed out" in lines[1]
+    assert lines[2].startswith("  calibrated, but no grade can vouch for wrong_ref")
+    assert len(list(store.glob("*.pickle"))) == 2
+
+
 @pytest.mark.docker
 def test_tasks_validate_grades_references_and_starters():
     """`--task-ids` picks the tasks checked, and only those are graded."""

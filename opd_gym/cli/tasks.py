@@ -130,7 +130,8 @@ def calibrate(tasks, store, sandbox: str, workers: int = 2, *, setup_cache: str 
     """Calibrate each of `tasks` not yet in `store` (a CalibrationStore), as a run's first
     grade would (its environment image built where it has one); print one summary line:
     calibrated / already there / failed, then each failure's task id and reason. A task counts
-    as calibrated only when its entry is in the store afterwards; rc 1 if any failed."""
+    as calibrated only when its entry is in the store afterwards; rc 1 if any failed. A task
+    calibrated whose tests none could earn is named too (a rollout would refuse it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from opd_gym.env import CodingEnv
@@ -139,28 +140,32 @@ def calibrate(tasks, store, sandbox: str, workers: int = 2, *, setup_cache: str 
     todo = [t for t in tasks if not store.calibrated(t)]
     there = len(tasks) - len(todo)
     failed: dict[str, str] = {}
+    unverifiable: dict[str, str] = {}  # calibrated, but no test of theirs could earn
     if todo:
         bar = _bar(len(todo), progress)
         with make_pool(sandbox, size=workers) as pool:
             env = CodingEnv(tasks=todo, sandbox=pool, grader=store.grader(pool),
                             setup_cache=setup_cache)
 
-            def one(task) -> tuple[str, str]:
+            def one(task) -> tuple[str, bool, str]:
+                """(task id, stored, why: the failure, or why a stored task is unverifiable)."""
                 try:
                     why = env.verify([task.id]).get(task.id, "")
                 except Exception as exc:  # noqa: BLE001 - one task's failure, said, not the run's
                     why = f"{type(exc).__name__}: {exc}"
                 if store.calibrated(task):
-                    return task.id, ""
-                return task.id, why or "no calibration was stored"
+                    return task.id, True, why
+                return task.id, False, why or "no calibration was stored"
 
             try:
                 with ThreadPoolExecutor(max(1, min(workers, len(todo))),
                                         thread_name_prefix="opd-calibrate") as threads:
-                    for task_id, why in threads.map(one, todo):
-                        if why:
+                    for task_id, stored, why in threads.map(one, todo):
+                        if not stored:
                             failed[task_id] = why
-                        bar(task_id, bool(why))
+                        elif why:
+                            unverifiable[task_id] = why
+                        bar(task_id, not stored)
             finally:
                 env.close()
                 bar(None, False)
@@ -168,6 +173,8 @@ def calibrate(tasks, store, sandbox: str, workers: int = 2, *, setup_cache: str 
           f"(store {store.path})")
     for task_id, why in failed.items():
         print(f"  failed {task_id}: {why}")
+    for task_id, why in unverifiable.items():
+        print(f"  calibrated, but no grade can vouch for {task_id} (a rollout refuses it): {why}")
     return 1 if failed else 0
 
 
