@@ -71,3 +71,16 @@ def test_readable_secret_or_open_folder_is_refused(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="cannot make or open the folder"):
         CalibrationStore.open(tmp_path / "file")
+
+
+def test_the_runs_up_front_line_counts_its_tasks(tmp_path):
+    """What a rollout says before its first episode: the store's share of the tasks it plays."""
+    from opd_gym.runs.verify import calibrated_line
+
+    tasks = load_suite("coding")
+    store = CalibrationStore.open(tmp_path / "cal")
+    store.entry(_task()).write_bytes(pickle.dumps({"a": "calibration"}))
+    line = calibrated_line(str(store.path), tasks, ["fizzbuzz", "flatten"])
+    assert line.startswith(f"1 of 2 tasks calibrated in {store.path}; the others calibrate")
+    assert calibrated_line(str(store.path), tasks, ["fizzbuzz"]) == \
+        f"1 of 1 tasks calibrated in {store.path}"
