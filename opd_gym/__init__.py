@@ -19,7 +19,7 @@ from opd_gym.errors import (
     OPDGymError,
     UnverifiableTaskError,
 )
-from opd_gym.grading import Grader, GradeReport
+from opd_gym.grading import CalibrationStore, Grader, GradeReport
 from opd_gym.registration import register_envs
 from opd_gym.rewards import RewardWeights
 from opd_gym.spaces import ModelOutput, UnicodeText
@@ -61,6 +61,7 @@ __all__ = [
     "Episode",
     "EpisodeRow",
     "EpisodeSettings",
+    "CalibrationStore",
     "GradeReport",
     "Grader",
     "ModelClient",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.grading import Grader
+from opd_gym.grading.store import make_grader
 from opd_gym.records.policy import close
 from opd_gym.rollout_core import (
     FROM_CONFIG,
@@ -42,7 +42,7 @@ from opd_gym.runs import (
 from opd_gym.runs.config import RolloutConfig, plain_config
 from opd_gym.runs.interrupt import DEFAULT_GRACE_S, Interrupt
 from opd_gym.runs.progress import Progress
-from opd_gym.runs.verify import verified_task_ids
+from opd_gym.runs.verify import calibrated_line, verified_task_ids
 from opd_gym.tasks.resolve import resolve_tasks
 
 CANCEL_WAIT_S = 30.0  # after cancelling, how long the runner waits for episodes to return
@@ -84,7 +84,13 @@ def run_rollout(
     lock = threading.Lock()
     stop = Interrupt(grace, running=lambda: len(running))
     pool = specs.make_pool(config.sandbox, size=max(2, config.parallel + 1))
-    grader = Grader(pool)  # one per run: each task is calibrated once, whatever the slot
+    try:  # one per run: each task is calibrated once, whatever the slot
+        grader = make_grader(pool, config.calibrations)
+        if config.calibrations is not None and todo:
+            _say(calibrated_line(config.calibrations, tasks, task_ids))
+    except BaseException:
+        pool.close()
+        raise
     if config.verify_tasks and todo:  # before the first episode: no task that pays every 0
         try:
             task_ids = verified_task_ids(config, tasks, task_ids, todo, pool=pool,

@@ -184,6 +184,12 @@ def test_rerun_without_resume_is_refused(tmp_path):
         (["tasks", "validate", "--task-ids", "fizzbuzz,nope,nix"], {},
          "unknown task id(s) nix, nope"),
         (["tasks", "validate", "--sample", "0"], {}, "argument --sample: must be at least 1"),
+        (["tasks", "calibrate", "--sandbox", "local"], {},
+         "the following arguments are required: --calibrations"),
+        (["tasks", "calibrate", "--calibrations", "FILE", "--sandbox", "local"], {},
+         "cannot make or open the folder"),
+        (["rollout", "--calibrations", "FILE", "--sandbox", "local"], {},
+         "cannot make or open the folder"),
     ],
 )
 def test_user_errors_are_one_clear_line(tmp_path, args, env, expected):
@@ -210,6 +216,61 @@ def test_tasks_list_and_show():
     assert listed.returncode == 0 and "fizzbuzz" in listed.stdout and "32 tasks" in listed.stdout
     shown = opd_gym("tasks", "show", "fizzbuzz")
     assert shown.returncode == 0 and "solution.py" in shown.stdout
+
+
+def _store_files(folder: Path) -> dict[str, tuple[int, int]]:
+    """{name: (size, mtime ns)} of a calibration store's files: what a grade would change."""
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.docker
+def test_tasks_calibrate_fills_a_store_that_rollout_reads(tmp_path):
+    """`tasks calibrate` fills the store; run again it calibrates nothing (both already
+    there, no file touched); a rollout given the store says so up front and its grades
+    read it: no entry is written again."""
+    store = tmp_path / "calibrations"
+    picked = ["--task-ids", "fizzbuzz,flatten", "--sandbox", "docker", "--quiet"]
+    first = opd_gym("tasks", "calibrate", "--calibrations", str(store), *picked)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "2 calibrated, 0 already there, 0 failed" in first.stdout
+    files = _store_files(store)
+    assert len([n for n in files if n.endswith(".pickle")]) == 2 and "secret" in files
+    again = opd_gym("tasks", "calibrate", "--calibrations", str(store), *picked)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 calibrated, 2 already there, 0 failed" in again.stdout
+    assert _store_files(store) == files
+    out = tmp_path / "run"
+    run = opd_gym("rollout", "--calibrations", str(store), "--no-opd", "--episodes", "2",
+                  "--out", str(out), "--no-report", *picked)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"2 of 2 tasks calibrated in {store}\n" in run.stderr
+    rows = list(read_trajectories(out / "trajectories.jsonl"))
+    assert sorted(r["task_id"] for r in rows) == ["fizzbuzz", "flatten"]
+    assert all(r["grade"]["total"] > 0 and not r["grade"].get("infra_error") for r in rows)
+    assert _store_files(store) == files  # read, not calibrated again
+
+
+def test_tasks_calibrate_names_failures_and_stores_nothing_for_them(tmp_path):
+    """A task whose reference times out fails (exit 1, its reason said, nothing stored); one
+    whose reference fails its test is calibrated and named as one no grade can vouch for."""
+    starter = {"m.py": "def f():\n    return 0\n"}
+    tests = {"test_m.py": "from m import f\n\ndef test_f():\n    assert f() == 1\n"}
+    rows = [{"id": "good", "solution": {"m.py": "def f():\n    return 1\n"}},
+            {"id": "wrong_ref", "solution": {"m.py": "def f():\n    return 2\n"}},
+            {"id": "hangs", "timeout": 1,
+             "solution": {"m.py": "import time\ndef f():\n    time.sleep(60)\n    return 1\n"}}]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps({"prompt": "p", "files": starter, "tests": tests, **r})
+                              + "\n" for r in rows))
+    store = tmp_path / "calibrations"
+    result = opd_gym("tasks", "calibrate", "--tasks", str(source), "--calibrations", str(store),
+                     "--sandbox", "local", "--quiet")
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"2 calibrated, 0 already there, 1 failed (store {store})"
+    assert lines[1].startswith("  failed hangs: ") and "timed out" in lines[1]
+    assert lines[2].startswith("  calibrated, but no grade can vouch for wrong_ref")
+    assert len(list(store.glob("*.pickle"))) == 2
 
 
 @pytest.mark.docker

@@ -240,6 +240,14 @@ def setup_cache(parser: argparse.ArgumentParser) -> None:
                         "scripts/setup.sh keeps)")
 
 
+def calibrations(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """`--calibrations DIR`: the calibration store (grading/store.py) grades read and fill."""
+    parser.add_argument("--calibrations", metavar="DIR", required=required,
+                        help="a folder of calibrations made ahead (`opd-gym tasks calibrate`), "
+                        "with the secret seeding their canaries: tasks calibrated there are not "
+                        "calibrated again; made (0700) if missing; never give a sandbox access")
+
+
 def ray(parser: argparse.ArgumentParser) -> None:
     """`--ray [ADDRESS]`: do the work on Ray (a local cluster without ADDRESS)."""
     parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",

@@ -35,7 +35,7 @@ SMOLLM2_DEMO_NOTE = (
 # change them; any other difference from the run's config.json is refused.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "out", "quiet", "no_report", "log", "episodes", "parallel", "ray", "workers",
-    "episodes_per_worker", "grace", "func", "command", "no_verify",
+    "episodes_per_worker", "grace", "func", "command", "no_verify", "calibrations",
 })
 
 
@@ -54,6 +54,7 @@ def add_arguments(roll: argparse.ArgumentParser) -> None:
     options.task_source(roll)
     options.verification(roll)
     options.setup_cache(roll)
+    options.calibrations(roll)
     roll.add_argument("--task-ids", type=options.id_list, help=options.TASK_IDS_HELP)
     roll.add_argument("--policy", default="demo", help=specs.known("policy"))
     roll.add_argument("--harness", choices=["mini-swe-agent"],
@@ -185,6 +186,10 @@ def plan(args: argparse.Namespace) -> RolloutPlan:
     from opd_gym.rollout import RolloutConfig
 
     out = check_out(args)
+    if args.calibrations is not None:  # a store we cannot use is refused before anything
+        from opd_gym.grading.store import CalibrationStore
+
+        CalibrationStore.open(args.calibrations)
     spec = options.task_spec(args)
     tasks = options.load_tasks(spec)
     if args.task_ids:
@@ -220,7 +225,8 @@ def plan(args: argparse.Namespace) -> RolloutPlan:
         task_ids=args.task_ids, sandbox=backend, parallel=args.parallel, seed=args.seed,
         max_turns=turns, max_tool_output_chars=args.max_tool_output or None,
         setup_cache=args.setup_cache, resume=args.resume, verify_tasks=not args.no_verify,
-        skip_unverifiable=args.skip_unverifiable, opd=opd is not None,
+        skip_unverifiable=args.skip_unverifiable, calibrations=args.calibrations,
+        opd=opd is not None,
         opd_options=opd if opd is not None else {}, tool_format=tool_format,
     )
     note = None

@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, metavar="BYTES",
                         help="largest HTTP body or WebSocket message (default 1 MiB)")
     options.verification(parser)
+    options.calibrations(parser)
     parser.add_argument("--opd", action="store_true",
                         help="serve the OPD wrapper: records in info and in the rows")
     options.opd_options(parser)
@@ -69,6 +70,10 @@ def config_from(args: argparse.Namespace):
     if options.teacher_options(args):
         opd_options["teacher_options"] = options.teacher_options(args)
     spec = options.task_spec(args)
+    if args.calibrations is not None:  # a store we cannot use is refused before anything
+        from opd_gym.grading.store import CalibrationStore
+
+        CalibrationStore.open(args.calibrations)
     config = ServeConfig(
         tasks=spec, host=args.host, port=args.port, max_sessions=args.max_sessions,
         token=args.token or os.environ.get(TOKEN_ENV) or None,
@@ -79,7 +84,7 @@ def config_from(args: argparse.Namespace):
         tool_format=options.tool_format_name(args.tool_format, None),
         opd=args.opd, opd_options=opd_options, max_body_bytes=args.max_body,
         grace=args.grace, verify_tasks=not args.no_verify, tokenizer=args.tokenizer,
-        skip_unverifiable=args.skip_unverifiable).check()
+        skip_unverifiable=args.skip_unverifiable, calibrations=args.calibrations).check()
     return dataclasses.replace(config, sandbox=sandbox_backend(args.sandbox))
 
 

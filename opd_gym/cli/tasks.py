@@ -1,4 +1,5 @@
-"""`opd-gym tasks list|show|validate|synth|check-suite`: look at, check and make tasks."""
+"""`opd-gym tasks list|show|validate|calibrate|synth|check-suite`: look at, check, calibrate
+and make tasks."""
 
 from __future__ import annotations
 
@@ -30,12 +31,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     validate.add_argument("--workers", type=options.positive, default=4,
                           help="gradings run at once")
     validate.set_defaults(func=run_validate)
+    calibrate = sub.add_parser("calibrate", help="calibrate each task into a store ahead of "
+                               "time (`rollout --calibrations DIR` then reads it); resumable")
+    options.task_source(calibrate)
+    options.calibrations(calibrate, required=True)
+    options.selection(calibrate)
+    options.sandbox(calibrate)
+    options.setup_cache(calibrate)
+    calibrate.add_argument("--workers", type=options.positive, default=2,
+                           help="tasks calibrated at once (default 2)")
+    options.quiet(calibrate)
+    calibrate.set_defaults(func=run_calibrate)
     synth.add_arguments(sub.add_parser("synth", help=synth.SUMMARY))
     check_suite.add_arguments(sub.add_parser("check-suite", help=check_suite.SUMMARY))
 
 
 def run(args: argparse.Namespace) -> int:  # every subcommand sets its own func
-    raise UserError("give a tasks subcommand: list, show, validate, synth or check-suite")
+    raise UserError("give a tasks subcommand: list, show, validate, calibrate, synth or "
+                    "check-suite")
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -106,4 +119,98 @@ def validate(tasks, sandbox: str, workers: int = 4) -> int:
     return 1 if bad else 0
 
 
-__all__ = ["add_arguments", "run", "validate"]
+def run_calibrate(args: argparse.Namespace) -> int:
+    """`tasks calibrate --tasks SOURCE --calibrations DIR`: the selected tasks into the store."""
+    from opd_gym.grading.store import CalibrationStore
+
+    store = CalibrationStore.open(args.calibrations)  # refused before any task is loaded
+    tasks = options.load_tasks(options.task_spec(args))
+    chosen = options.select_tasks(args, tasks)
+    return calibrate(chosen, store, args.sandbox, args.workers, setup_cache=args.setup_cache,
+                     progress=not args.quiet)
+
+
+def calibrate(tasks, store, sandbox: str, workers: int = 2, *, setup_cache: str | None = None,
+              progress: bool = True) -> int:
+    """Calibrate each of `tasks` not yet in `store` (a CalibrationStore), as a run's first
+    grade would (its environment image built where it has one); print one summary line:
+    calibrated / already there / failed, then each failure's task id and reason. A task counts
+    as calibrated only when its entry is in the store afterwards; rc 1 if any failed. A task
+    calibrated whose tests none could earn is named too (a rollout would refuse it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opd_gym.env import CodingEnv
+    from opd_gym.sandboxes import make_pool
+
+    todo = [t for t in tasks if not store.calibrated(t)]
+    there = len(tasks) - len(todo)
+    failed: dict[str, str] = {}
+    unverifiable: dict[str, str] = {}  # calibrated, but no test of theirs could earn
+    if todo:
+        bar = _bar(len(todo), progress)
+        with make_pool(sandbox, size=workers) as pool:
+            env = CodingEnv(tasks=todo, sandbox=pool, grader=store.grader(pool),
+                            setup_cache=setup_cache)
+
+            def one(task) -> tuple[str, bool, str]:
+                """(task id, stored, why: the failure, or why a stored task is unverifiable)."""
+                try:
+                    why = env.verify([task.id]).get(task.id, "")
+                except Exception as exc:  # noqa: BLE001 - one task's failure, said, not the run's
+                    why = f"{type(exc).__name__}: {exc}"
+                if store.calibrated(task):
+                    return task.id, True, why
+                return task.id, False, why or "no calibration was stored"
+
+            try:
+                with ThreadPoolExecutor(max(1, min(workers, len(todo))),
+                                        thread_name_prefix="opd-calibrate") as threads:
+                    for task_id, stored, why in threads.map(one, todo):
+                        if not stored:
+                            failed[task_id] = why
+                        elif why:
+                            unverifiable[task_id] = why
+                        bar(task_id, not stored)
+            finally:
+                env.close()
+                bar(None, False)
+    print(f"{len(todo) - len(failed)} calibrated, {there} already there, {len(failed)} failed "
+          f"(store {store.path})")
+    for task_id, why in failed.items():
+        print(f"  failed {task_id}: {why}")
+    for task_id, why in unverifiable.items():
+        print(f"  calibrated, but no grade can vouch for {task_id} (a rollout refuses it): {why}")
+    return 1 if failed else 0
+
+
+def _bar(total: int, enabled: bool):
+    """A callback moving a tqdm bar per task (a line per task without tqdm; None closes)."""
+    import sys
+
+    bar = None
+    if enabled:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="task", desc="calibrating", dynamic_ncols=True)
+        except ImportError:
+            pass
+    count = 0
+
+    def moved(task_id: str | None, failed: bool) -> None:
+        nonlocal count
+        if task_id is None:
+            if bar is not None:
+                bar.close()
+            return
+        count += 1
+        if bar is not None:
+            bar.set_postfix_str(f"{task_id}{' failed' if failed else ''}", refresh=False)
+            bar.update(1)
+        elif enabled:
+            print(f"[{count}/{total}] {task_id}{' failed' if failed else ''}", file=sys.stderr)
+
+    return moved
+
+
+__all__ = ["add_arguments", "calibrate", "run", "validate"]

@@ -410,6 +410,11 @@ class RayRollout:
         done = run.open_for_run(resume=config.resume)
         todo = [i for i in range(config.episodes) if i not in done]
         started = time.perf_counter()
+        if config.calibrations is not None and todo:  # the store as this host sees it
+            from opd_gym.runs.verify import calibrated_line
+
+            line = calibrated_line(config.calibrations, self.tasks, self.task_ids)
+            print(f"opd-gym rollout: {line}", file=sys.stderr, flush=True)
         if config.verify_tasks and todo:  # before the first episode, as the local runner
             self.verify(todo)
         bar = Progress(len(todo), progress)

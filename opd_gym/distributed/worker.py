@@ -34,14 +34,15 @@ class RolloutWorker:
         slots: int = 2,
     ) -> None:
         from opd_gym import specs
-        from opd_gym.grading import Grader
+        from opd_gym.grading.store import make_grader
 
         self.config = config  # a RolloutConfig
         self.tasks = list(tasks)
         self.make_agent = make_agent
         self.opd_options = None if opd_options is None else dict(opd_options)
         self.pool = specs.make_pool(config.sandbox, size=max(2, slots + 1))
-        self.grader = Grader(self.pool)  # shared by this worker's slots: one calibration per task
+        # shared by this worker's slots: one calibration per task (the run's store, if given)
+        self.grader = make_grader(self.pool, config.calibrations)
         self._free: queue.Queue = queue.Queue()
         self._made: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()

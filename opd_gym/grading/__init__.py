@@ -2,7 +2,8 @@
 
 Layout: `report` (GradeReport, TestOutcome), `expected` (which tests the hidden files define),
 `canary` (the perturbed twins and the two variants), `launch` (starting the in-sandbox
-harness), `verdict` (checking and merging what it returns), `grader`.
+harness), `verdict` (checking and merging what it returns), `grader`, `store` (calibrations
+kept in a folder with their secret, made ahead by `opd-gym tasks calibrate`).
 """
 
 from opd_gym.errors import CalibrationError
@@ -11,6 +12,7 @@ from opd_gym.grading.expected import expected_tests, test_paths
 from opd_gym.grading.grader import GRADE_DIR, Grader, SandboxSource, select_files, task_key
 from opd_gym.grading.launch import run_harness_here
 from opd_gym.grading.report import GradeReport, TestOutcome
+from opd_gym.grading.store import CalibrationStore, make_grader
 from opd_gym.grading.verdict import (
     Calibration,
     Merged,
@@ -24,6 +26,7 @@ __all__ = [
     "GRADE_DIR",
     "Calibration",
     "CalibrationError",
+    "CalibrationStore",
     "CanarySet",
     "GradeReport",
     "Grader",
@@ -36,6 +39,7 @@ __all__ = [
     "build_variants",
     "expected_tests",
     "make_canaries",
+    "make_grader",
     "merge",
     "parse_verdict",
     "run_harness_here",

@@ -200,6 +200,14 @@ def solution_modules(task: Task) -> frozenset[str]:
 CALIBRATION_FORMAT = 5
 
 
+def stored_name(secret: bytes, key: str, hold: bool) -> str:
+    """The name (without suffix) of a task's calibration in a store (`Grader(calibrations=)`):
+    a hash of the secret, the task key (`task_key`), `hold` and CALIBRATION_FORMAT, so another
+    secret, setting or format never reads it."""
+    return hashlib.sha256(b"%s\0%s\0hold=%d\0format=%d" % (
+        secret, key.encode(), hold, CALIBRATION_FORMAT)).hexdigest()[:40]
+
+
 def runs_in_process(task: Task) -> bool:
     """The task's solution can run in pytest's process: its docstrings run as doctests, or
     a hidden test, conftest or asset imports or loads it (`in_process.imports_any`)."""
@@ -494,8 +502,7 @@ class Grader:
         exclusive lock, by the first process asking), or computed here without a store."""
         if self._store is None:
             return self._calibrate(task, key)
-        name = hashlib.sha256(b"%s\0%s\0hold=%d\0format=%d" % (
-            self._secret, key.encode(), self.hold, CALIBRATION_FORMAT)).hexdigest()[:40]
+        name = stored_name(self._secret, key, self.hold)
         self._store.mkdir(parents=True, exist_ok=True)
         path = self._store / f"{name}.pickle"
         with open(self._store / f"{name}.lock", "a") as lock:

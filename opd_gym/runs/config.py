@@ -39,6 +39,7 @@ class RolloutConfig:
     setup_cache: str | None = None  # what environment images' setup steps install from
     verify_tasks: bool = True  # calibrate the planned tasks first, refusing unverifiable ones
     skip_unverifiable: bool = False  # ... or playing without them (how many is said)
+    calibrations: str | None = None  # a calibration store (grading/store.py) the Grader uses
 
     def plan(self, episode: int, task_ids: list[str]) -> tuple[str, int]:
         """(task id, seed) of episode `episode`: task (i // repeat) mod n, seed `seed + i`

@@ -62,4 +62,19 @@ def _check(env: Any, task_ids: list[str], workers: int) -> dict[str, str]:
         return dict(zip(task_ids, found, strict=True))
 
 
-__all__ = ["verified_task_ids"]
+def calibrated_line(calibrations: str, tasks: list[Any], task_ids: list[str]) -> str:
+    """What the run says up front about its store: how many of the tasks it plays are
+    calibrated there, and that the others calibrate on first use."""
+    from opd_gym.grading.store import CalibrationStore
+
+    wanted = set(task_ids)
+    chosen = [t for t in tasks if t.id in wanted]
+    done = CalibrationStore.open(calibrations).count(chosen)
+    line = f"{done} of {len(chosen)} tasks calibrated in {calibrations}"
+    if done < len(chosen):
+        line += ("; the others calibrate before their first episode or at their first grade "
+                 "(minutes on some repo tasks): `opd-gym tasks calibrate` does it ahead")
+    return line
+
+
+__all__ = ["calibrated_line", "verified_task_ids"]

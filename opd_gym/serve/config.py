@@ -48,6 +48,7 @@ class ServeConfig:
     verify_tasks: bool = True  # a session's reset refuses a task no grade can vouch for
     skip_unverifiable: bool = False  # ... or draws another one (a task asked for by id: refused)
     tokenizer: str | None = None  # with opd: the student's tokenizer (tiny, smollm2, hf:PATH)
+    calibrations: str | None = None  # a calibration store the grader reads (grading/store.py)
 
     def check(self) -> ServeConfig:
         """Refuse a public bind without a token and nonsensical limits; returns self."""

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from opd_gym import specs
-from opd_gym.grading import Grader
+from opd_gym.grading.store import make_grader
 from opd_gym.records.policy import close as close_quietly
 from opd_gym.records.rows import EpisodeRow
 from opd_gym.rollout_core import RowSink, build_env, load_teacher, opd_config
@@ -49,7 +49,8 @@ class ServeRuntime:
             parallel=config.max_sessions, max_turns=config.max_turns, opd=config.opd,
             opd_options=served_opd_options(config), tool_format=config.tool_format,
             max_tool_output_chars=config.max_tool_output_chars,
-            verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable)
+            verify_tasks=config.verify_tasks, skip_unverifiable=config.skip_unverifiable,
+            calibrations=config.calibrations)
         self.tasks = resolve_tasks(config.tasks)
         self.task_ids = {task.id for task in self.tasks}
         self.run = RunDirectory(self.rollout.out_dir)
@@ -72,7 +73,7 @@ class ServeRuntime:
                 self.opd = self.opd.replace(student_tokenizer=self.student_tokenizer)
         self.pool = specs.make_pool(config.sandbox, size=config.pool_size,
                                     workers=max(2, min(config.pool_size, 8)))
-        self.grader = Grader(self.pool)
+        self.grader = make_grader(self.pool, self.rollout.calibrations)
         self._numbers = itertools.count()
         self._lock = threading.Lock()
         self._live: set[Any] = set()  # open session environments (closed at shutdown)

@@ -165,7 +165,7 @@ def environment_factory(
     that reached the sandbox; ``factory.close()`` releases the pool and the teacher.
     """
     from opd_gym import specs
-    from opd_gym.grading import Grader
+    from opd_gym.grading.store import make_grader
     from opd_gym.rollout_core import build_env, load_teacher, opd_config
     from opd_gym.sandboxes import SandboxPool
     from opd_gym.tasks.resolve import resolve_tasks
@@ -183,7 +183,7 @@ def environment_factory(
     opd, teacher = (load_teacher(opd_config(config)) if config.opd else (None, None))
     given = config.sandbox
     pool = given if isinstance(given, SandboxPool) else specs.make_pool(given, size=pool_size)
-    grader = Grader(pool)  # one calibration per task for every instance
+    grader = make_grader(pool, config.calibrations)  # one calibration per task for every instance
     instances: list[CodingToolEnv] = []
 
     def factory() -> CodingToolEnv:

@@ -77,3 +77,25 @@ def test_the_verify_flags_reach_the_sessions_run_config(tmp_path: Path) -> None:
         env.close()
     finally:
         runtime.close()
+
+
+def test_calibrations_reach_the_servers_grader(tmp_path: Path) -> None:
+    """`--calibrations DIR`: the sessions' grader reads and fills that store, with its secret."""
+    import argparse
+
+    from opd_gym.cli.serve import add_arguments, config_from
+    from opd_gym.grading import CalibrationStore
+    from opd_gym.serve.runtime import ServeRuntime
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    store = tmp_path / "cal"
+    runtime = ServeRuntime(config_from(parser.parse_args(
+        ["--calibrations", str(store), "--sandbox", "local", "--pool-size", "0",
+         "--out", str(tmp_path / "served")])))
+    try:
+        assert runtime.rollout.calibrations == str(store)
+        assert runtime.grader._store == store
+        assert runtime.grader._secret == CalibrationStore.open(store).secret
+    finally:
+        runtime.close()
