@@ -77,14 +77,20 @@ def test_first_ctrl_c_finishes_running_episodes_and_writes_summary_and_report(tm
 
 
 def test_grace_over_cancels_episodes_as_interrupted_and_resume_replays_them(tmp_path):
-    out = tmp_path / "run"
-    rc, stdout, stderr = _interrupt(_start(out, "--grace", "0"), out, after_rows=2)
-    assert rc == 130, stderr[-3000:]
-    assert "cancelling the running episodes" in stderr
-    rows = _rows(out)
-    _check_no_casualties(rows)
-    interrupted = [r["episode"] for r in rows if r.get("interrupted")]
-    assert interrupted, "an episode was running when the grace period (0 s) ended"
+    # The premise (an episode still running when the 0 s grace ends) depends on timing: on a
+    # loaded machine both running episodes can finish before the signal lands, and the next
+    # ones not yet start. Such an attempt is checked like any other and tried again, fresh.
+    for attempt in range(3):
+        out = tmp_path / f"run{attempt}"
+        rc, stdout, stderr = _interrupt(_start(out, "--grace", "0"), out, after_rows=2)
+        assert rc == 130, stderr[-3000:]
+        assert "cancelling the running episodes" in stderr
+        rows = _rows(out)
+        _check_no_casualties(rows)
+        interrupted = [r["episode"] for r in rows if r.get("interrupted")]
+        if interrupted:
+            break
+    assert interrupted, "in 3 runs no episode was running when the grace period (0 s) ended"
     summary = RunDirectory(out).read_summary()
     assert summary["interrupted_episodes"] == len(interrupted)
     assert summary["episodes"] == sum(map(_played, rows))
