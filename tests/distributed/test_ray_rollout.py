@@ -117,15 +117,19 @@ def test_dead_teacher_leaves_turns_unscored_with_a_reason(ray_cluster, tmp_path)
 
 def test_cli_rollout_on_a_cluster_address_then_resume(ray_cluster, tmp_path):
     """`opd-gym rollout --ray ADDRESS`: the same run directory as the local runner (rows,
-    summary, report), and `--resume` on it runs nothing twice."""
+    summary, report), and `--resume` on it runs nothing twice. With `--calibrations DIR` the
+    workers (other processes) calibrate into that store, under its secret."""
     from opd_gym import cli
+    from opd_gym.grading import CalibrationStore
 
-    out = tmp_path / "run"
+    out, store = tmp_path / "run", tmp_path / "calibrations"
     argv = ["rollout", "--ray", ray_cluster.address, "--workers", "2",
             "--episodes-per-worker", "1", "--episodes", "3", "--task-ids", ",".join(TASKS),
             "--sandbox", "local", "--teacher", "tiny", "--topk", "2", "--out", str(out),
-            "--quiet"]
+            "--quiet", "--calibrations", str(store)]
     assert cli.main(argv) == 0
+    tasks = [t for t in load_suite() if t.id in TASKS]
+    assert CalibrationStore.open(store).count(tasks) == len(TASKS)
     run = RunDirectory(out)
     assert sorted(row.episode for row in run.rows()) == [0, 1, 2]
     assert run.read_summary()["episodes"] == 3 and (out / "report.html").is_file()
