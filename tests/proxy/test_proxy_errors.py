@@ -88,3 +88,16 @@ def test_a_proxy_accepts_connections_from_the_moment_it_has_a_url():
             pass
     finally:
         proxy._sock.close()
+
+
+def test_an_anthropic_clients_key_reaches_vllm_as_its_bearer_token():
+    """Claude Code sends its key as `x-api-key`; vLLM's `--api-key` reads Authorization: the
+    key is forwarded as that bearer token, a client's own Authorization and the proxy's
+    `api_key` taking precedence, and nothing else of the client's headers goes upstream."""
+    backend = VLLMBackend("http://127.0.0.1:9")
+    sent = backend._headers({"X-Api-Key": "k1", "anthropic-version": "2023-06-01"})
+    assert sent == {"authorization": "Bearer k1"}
+    assert backend._headers({"x-api-key": "k1", "Authorization": "Bearer k2"}) == {
+        "authorization": "Bearer k2"}
+    assert VLLMBackend("http://127.0.0.1:9", api_key="k3")._headers({"x-api-key": "k1"}) == {
+        "authorization": "Bearer k3"}

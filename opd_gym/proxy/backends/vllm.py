@@ -24,7 +24,8 @@ class VLLMBackend:
     """A vLLM server at `base_url` ("http://host:port", "/v1" optional).
 
     `api_key` is sent as the bearer token; without it the client's own Authorization header
-    is forwarded. `timeout` bounds one call (seconds).
+    is forwarded, or an Anthropic client's `x-api-key` as that bearer token (the Messages
+    API's way to send the same key). `timeout` bounds one call (seconds).
     """
 
     def __init__(self, base_url: str, *, api_key: str | None = None,
@@ -42,7 +43,11 @@ class VLLMBackend:
         return self._client
 
     def _headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        out = {key: value for key, value in headers.items() if key.lower() in FORWARDED_HEADERS}
+        out = {key.lower(): value for key, value in headers.items()
+               if key.lower() in FORWARDED_HEADERS}
+        key = next((v for k, v in headers.items() if k.lower() == "x-api-key"), None)
+        if key and "authorization" not in out:
+            out["authorization"] = f"Bearer {key}"
         if self.api_key:
             out["authorization"] = f"Bearer {self.api_key}"
         return out
