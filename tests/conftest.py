@@ -50,6 +50,11 @@ def make_toy_task(task_id: str = "toy_add", **overrides) -> Task:
     return Task(**fields)
 
 
+# Test files that are data: a Harbor task's own pytest file (tests/fixtures/harbor/*/tests/)
+# runs inside that task's verifier, never in this session.
+collect_ignore_glob = ["fixtures/*"]
+
+
 # Files whose tests start the session's vLLM servers or its Ray cluster: under pytest-xdist
 # they all go to one worker, so a run starts each once (two Ray heads would also share ports).
 ONE_WORKER = ("tests/vllm/", "tests/distributed/", "tests/authoring/test_synth_ray.py")

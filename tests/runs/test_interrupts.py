@@ -128,13 +128,20 @@ def test_grace_over_cancels_episodes_as_interrupted_and_resume_replays_them(tmp_
 
 
 def test_second_ctrl_c_aborts_at_once_leaving_valid_data(tmp_path):
-    out = tmp_path / "run"
-    rc, _, stderr = _interrupt(_start(out, "--grace", "120"), out, after_rows=2, times=2)
-    assert rc == 130, stderr[-3000:]
-    assert "aborted: cancelling the running episodes now" in stderr
-    assert "Traceback" not in stderr
-    rows = _rows(out)
-    _check_no_casualties(rows)
+    # The premise (episodes still running when the second Ctrl-C lands, 0.3 s after the first)
+    # depends on timing: on a loaded machine the running ones can finish and the run exit in
+    # between. Such an attempt is checked like any other and tried again, fresh.
+    for attempt in range(3):
+        out = tmp_path / f"run{attempt}"
+        rc, _, stderr = _interrupt(_start(out, "--grace", "120"), out, after_rows=2, times=2)
+        assert rc == 130, stderr[-3000:]
+        assert "Traceback" not in stderr
+        rows = _rows(out)
+        _check_no_casualties(rows)
+        if "aborted: cancelling the running episodes now" in stderr:
+            break
+        assert all(map(_played, rows)), "no abort was said, yet an episode was cut short"
+    assert "aborted: cancelling the running episodes now" in stderr, stderr[-3000:]
     assert len(rows) < 16
     summary = RunDirectory(out).read_summary()  # the summary of the rows that are there
     assert summary["interrupted"] is True and summary["episodes"] == sum(map(_played, rows))
