@@ -1206,6 +1206,21 @@ def enter_child(spec, prefix):
     return scratch
 
 
+def leave_child(code, scratch):
+    """End a forked child: its output flushed, its scratch dir removed, exit `code`; never
+    returns, whatever fails on the way."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if scratch is not None:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        pass
+    os._exit(code & 0xFF)
+
+
 def run_variant(command, out_fd, result_fd, channel=None):
     """In the forked child: become the agent, enter the tree and run pytest; never returns.
     `channel`: a boundary variant's socket to its solution server, kept as CHANNEL_FD."""
@@ -1249,16 +1264,7 @@ def run_variant(command, out_fd, result_fd, channel=None):
         except BaseException:
             pass
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if scratch is not None:
-                import shutil
-
-                shutil.rmtree(scratch, ignore_errors=True)
-        except BaseException:
-            pass
-        os._exit(code & 0xFF)
+        leave_child(code, scratch)
 
 
 def run_server(server, out_fd, channel):
@@ -1294,16 +1300,7 @@ def run_server(server, out_fd, channel):
         except BaseException:
             pass
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            if scratch is not None:
-                import shutil
-
-                shutil.rmtree(scratch, ignore_errors=True)
-        except BaseException:
-            pass
-        os._exit(code & 0xFF)
+        leave_child(code, scratch)
 
 
 def zygote(commands_fd, replies_fd, pipes):

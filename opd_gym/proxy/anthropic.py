@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opd_gym.proxy.errors import ProxyError, ProxyRequestError, UpstreamError
+from opd_gym.proxy.protocol import function_tool
 from opd_gym.proxy.recording import Sampled
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -127,12 +128,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             raise ProxyRequestError(f"tools[{i}] is a {tool['type']!r} server tool; the "
                                     "recording proxy serves client tools (name, "
                                     "description, input_schema) only")
-        # OpenAI's field order (name, description, parameters), as vLLM renders tools
-        function: dict[str, Any] = {"name": tool["name"]}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        function["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(tool["name"], tool.get("description"), tool.get("input_schema")))
     return out or None
 
 

@@ -19,6 +19,16 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
                  "repetition_penalty", "logit_bias")
 
 
+def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any]:
+    """A chat request's tool from another API's tool, in OpenAI's field order (name,
+    description, parameters), as vLLM renders tools, so a recorded turn re-renders to its ids."""
+    function: dict[str, Any] = {"name": name}
+    if description:
+        function["description"] = description
+    function["parameters"] = parameters or {"type": "object", "properties": {}}
+    return {"type": "function", "function": function}
+
+
 def check_request(body: Any) -> dict[str, Any]:
     """The request body as a dict, or `ProxyRequestError` naming what is malformed."""
     if not isinstance(body, dict):

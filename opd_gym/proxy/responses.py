@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opd_gym.proxy.errors import ProxyError, ProxyRequestError
+from opd_gym.proxy.protocol import function_tool
 from opd_gym.proxy.recording import Sampled
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -90,12 +91,7 @@ def _tools(tools: Any) -> list[dict[str, Any]] | None:
             kind = tool.get("type") if isinstance(tool, dict) else None
             raise ProxyRequestError(f"tools[{i}] is a {kind!r} tool; the recording proxy "
                                     "serves function tools (type, name, parameters) only")
-        # OpenAI's field order (name, description, parameters), as vLLM renders tools
-        function: dict[str, Any] = {"name": tool["name"]}
-        if tool.get("description"):
-            function["description"] = tool["description"]
-        function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(tool["name"], tool.get("description"), tool.get("parameters")))
     return out or None
 
 
