@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opd_gym.proxy.errors import ProxyError, ProxyRequestError, UpstreamError
-from opd_gym.proxy.protocol import function_tool
+from opd_gym.proxy.protocol import function_tool, tool_list
 from opd_gym.proxy.recording import Sampled
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -116,10 +116,8 @@ def _assistant(content: Any, i: int) -> dict[str, Any]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]] | None:
-    if tools is None:
+    if tool_list(tools) is None:
         return None
-    if not isinstance(tools, list):
-        raise ProxyRequestError("'tools' must be a list of tool objects")
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):

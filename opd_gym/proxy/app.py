@@ -90,16 +90,20 @@ def build_app(backend: Backend, registry: EpisodeRegistry) -> FastAPI:
         except ValueError as exc:
             raise ProxyRequestError(f"the request body is not valid JSON ({exc})") from exc
 
+    def call_of(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], float]:
+        """A checked chat request as sent to the backend (exact ids asked for), what its
+        record keeps of it, and when it started."""
+        context = {"messages": body["messages"], "tools": body.get("tools"),
+                   "sampling": sampling_of(body)}
+        return with_exact_ids(body), context, time.perf_counter()
+
     async def chat(request: Request, path_key: str | None) -> Response:
         key = episode_key(path_key, request.headers)
         registry.get(key)  # refuse unknown episodes before anything reaches the model
         body = check_request(await read_json(request))
         asked = {"logprobs": body.get("logprobs"), "return_token_ids":
                  body.get("return_token_ids")}
-        sent = with_exact_ids(body)
-        context = {"messages": body["messages"], "tools": body.get("tools"),
-                   "sampling": sampling_of(body)}
-        started = time.perf_counter()
+        sent, context, started = call_of(body)
         if not body.get("stream"):
             response = await backend.complete(sent, request.headers)
             sampled = sampled_from_response(response)
@@ -126,10 +130,7 @@ def build_app(backend: Backend, registry: EpisodeRegistry) -> FastAPI:
         given = await read_json(request)
         body = check_request(anthropic.to_chat(given) if api == "anthropic"
                              else responses.to_chat(given))
-        sent = with_exact_ids(body)
-        context = {"messages": body["messages"], "tools": body.get("tools"),
-                   "sampling": sampling_of(body)}
-        started = time.perf_counter()
+        sent, context, started = call_of(body)
         if not body.get("stream"):
             response = await backend.complete(sent, request.headers)
             sampled = sampled_from_response(response)

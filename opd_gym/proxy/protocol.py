@@ -19,6 +19,15 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
                  "repetition_penalty", "logit_bias")
 
 
+def tool_list(tools: Any) -> list[Any] | None:
+    """Another API's `tools` field checked to be a list (None when absent)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise ProxyRequestError("'tools' must be a list of tool objects")
+    return tools
+
+
 def function_tool(name: str, description: Any, parameters: Any) -> dict[str, Any]:
     """A chat request's tool from another API's tool, in OpenAI's field order (name,
     description, parameters), as vLLM renders tools, so a recorded turn re-renders to its ids."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opd_gym.proxy.errors import ProxyError, ProxyRequestError
-from opd_gym.proxy.protocol import function_tool
+from opd_gym.proxy.protocol import function_tool, tool_list
 from opd_gym.proxy.recording import Sampled
 
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
@@ -80,10 +80,8 @@ def _items(items: list[Any]) -> list[dict[str, Any]]:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]] | None:
-    if tools is None:
+    if tool_list(tools) is None:
         return None
-    if not isinstance(tools, list):
-        raise ProxyRequestError("'tools' must be a list of tool objects")
     out = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") != "function" or \
