@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -17,6 +17,19 @@ BOUNDARY_KEY = "boundary"
 
 def _frozen(files: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(files or {}))
+
+
+def _rebuild(cls: type, state: dict[str, Any]) -> Any:
+    """Unpickle a record: built again through its checks, which freeze its mappings again."""
+    return cls(**state)
+
+
+def _reduce(record: Any) -> tuple:
+    """Pickle a record as its fields with read-only mappings thawed to dicts (a mappingproxy
+    cannot be pickled), so tasks cross process pools and Ray workers as themselves."""
+    state = {f.name: getattr(record, f.name) for f in fields(record)}
+    return _rebuild, (type(record), {k: dict(v) if isinstance(v, MappingProxyType) else v
+                                     for k, v in state.items()})
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,8 @@ class HarborInfo:
         if not self.workdir.startswith("/"):
             raise DatasetError(f"Harbor task {self.directory!r}: workdir must be absolute")
 
+    __reduce__ = _reduce
+
 
 @dataclass(frozen=True)
 class Task:
@@ -171,3 +186,5 @@ class Task:
             raise DatasetError(f"task {self.id!r}: a task is a repository or a Harbor task")
         object.__setattr__(self, "tags", tuple(self.tags))
         object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    __reduce__ = _reduce
